@@ -67,7 +67,11 @@ func (h *Headers) Del(key string) {
 // Buffer is a stream body buffer: the whole body buffered so far for the
 // current filter (proxy-wasm body_size is len(Bytes)). Filters may replace
 // it in place; the connection manager forwards whatever it holds when
-// iteration continues.
+// iteration continues. After DataStopAndBuffer the *Buffer last passed
+// stays live until iteration continues: a filter may still edit its Bytes
+// from a background callback (a wasm http_call response doing
+// proxy_set_buffer_bytes) before calling Continue*, so the manager must
+// forward that Buffer's Bytes, not a copy taken when the call returned.
 type Buffer struct{ Bytes []byte }
 
 // HeadersStatus is what a filter returns from a headers callback.
@@ -168,8 +172,9 @@ type StreamInfo struct {
 	ClusterName     string // upstream cluster chosen by the router ("" before)
 	ResponseCode    int    // 0 until known
 	ResponseDetails string
-	RequestSize     int64 // body bytes received from the client
-	ResponseSize    int64 // body bytes sent to the client
+	RequestSize     int64  // body bytes received from the client
+	ResponseSize    int64  // body bytes sent to the client
+	ConnectionID    uint64 // downstream connection id (property connection.id); 0 = unknown
 }
 
 // Factory creates one Filter per stream. It is built once per filter entry
@@ -178,6 +183,14 @@ type Factory interface {
 	NewFilter(cb Callbacks) (Filter, error)
 	// Close releases VMs and timers.
 	Close() error
+}
+
+// ClusterChecker may be implemented by an HTTPCaller so that
+// proxy_http_call can refuse an unknown cluster synchronously with
+// BAD_ARGUMENT, as Envoy does. Without it an unknown cluster surfaces later
+// as a failed call (proxy_on_http_call_response with num_headers=0).
+type ClusterChecker interface {
+	HasCluster(name string) bool
 }
 
 // ErrUnknownCluster is returned by HTTPCaller for a cluster not in the config.

@@ -1,0 +1,38 @@
+# chime — see README.md. `make run` runs the product; `make test` passes the tests.
+GO        ?= go
+BIN       := bin/chime
+WASM      := chime.wasm
+GOVERSION := $(shell $(GO) env GOVERSION)
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS   := -X main.version=$(VERSION)
+
+.PHONY: all build wasm run test fuzz-seeds bench vet clean
+
+all: build wasm
+
+# The filter: standard Go, wasip1 reactor (exports _initialize).
+wasm:
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./plugin
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/chime
+
+# The demo stack on 127.0.0.1: proxy :10000 (admin :9901), mock provider :8788.
+run: build wasm
+	./$(BIN) up -c envoy.yaml
+
+vet:
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/... ./llm/...
+
+# Unit, conformance, fuzz seed corpora (Fuzz* run their seeds as tests) and e2e.
+test: vet wasm
+	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
+
+# Benchmarks that compare side by side in one run and print ratios.
+bench: wasm
+	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/... 
+	$(GO) test -run '^$$' -bench . -benchmem ./llm/...
+
+clean:
+	rm -rf bin $(WASM)

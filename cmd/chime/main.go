@@ -1,0 +1,21 @@
+// Command chime is the single chime binary (SPEC §12 CLI): the local
+// Envoy-compatible proxy, the host service, the mock provider and helpers,
+// each as a subcommand.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "chime:", err)
+		os.Exit(1)
+	}
+}

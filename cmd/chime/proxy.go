@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/chimehq/chime/envoy"
+)
+
+// proxyFlags are the knobs of the local runtime (SPEC §13) that are not in
+// envoy.yaml because Envoy takes them on its command line too.
+type proxyFlags struct {
+	config      string
+	wasiProfile string
+	cacheDir    string
+	concurrency int
+}
+
+func (f *proxyFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.config, "config", "c", "envoy.yaml", "Envoy bootstrap config (the same file Envoy runs)")
+	cmd.Flags().StringVar(&f.wasiProfile, "wasi-profile", "envoy-1.38", "WASI profile: envoy-1.38 (poll_oneoff answers ENOSYS) or envoy-latest")
+	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "on-disk wasm compilation cache (empty disables)")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", runtime.GOMAXPROCS(0), "worker count; one wasm VM per worker, like Envoy's --concurrency")
+}
+
+func (f *proxyFlags) start(ctx context.Context) (*envoy.Server, error) {
+	return envoy.Start(ctx, envoy.Options{
+		ConfigPath:  f.config,
+		WASIProfile: f.wasiProfile,
+		CacheDir:    f.cacheDir,
+		Workers:     f.concurrency,
+		Logger:      newLogger(),
+	})
+}
+
+func defaultCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "chime", "wasm")
+}
+
+func newProxyCommand() *cobra.Command {
+	var flags proxyFlags
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run the Envoy-compatible local proxy with the filters of envoy.yaml",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			srv, err := flags.start(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "chime proxy: config %s, admin http://%s\n", flags.config, srv.AdminAddr())
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	flags.register(cmd)
+	return cmd
+}

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkProxyOverhead measures chime proxy with chime.wasm against the
+// same proxy without the wasm filter, side by side in one run (rounds
+// interleave the two so machine noise hits both), for 1 KB and 1 MB LLM
+// request bodies. It prints requests/s, p50 and p99, and the ratios.
+func BenchmarkProxyOverhead(b *testing.B) {
+	upstream := newRecorder(b, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("content-type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	})
+	upstream.handler = discardRecording(upstream)
+	host := newRecorder(b, nil)
+	host.handler = discardRecording(host)
+	local := backends()[0]
+	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: host.port()})
+	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: host.port(), withoutWasm: true})
+
+	type size struct {
+		name     string
+		bytes    int
+		requests int
+	}
+	sizes := []size{{"1KB", 1 << 10, 1500}, {"1MB", 1 << 20, 120}}
+	const rounds, concurrency = 3, 4
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-6s %-10s %10s %10s %10s\n", "body", "proxy", "req/s", "p50", "p99")
+	for i := 0; i < b.N; i++ {
+		for _, sz := range sizes {
+			body := chatBodyOfSize(sz.bytes)
+			res := map[string]*loadResult{"filter": {}, "no filter": {}}
+			for r := 0; r < rounds; r++ {
+				res["no filter"].add(runLoad(b, without.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				res["filter"].add(runLoad(b, with.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+			}
+			for _, name := range []string{"no filter", "filter"} {
+				lr := res[name]
+				fmt.Fprintf(&table, "%-6s %-10s %10.0f %10s %10s\n", sz.name, name, lr.rps(), lr.pct(50), lr.pct(99))
+			}
+			ratio := res["filter"].rps() / res["no filter"].rps()
+			added := res["filter"].pct(50) - res["no filter"].pct(50)
+			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50)\n", sz.name, "ratio", ratio, added)
+			b.ReportMetric(ratio, "throughput-ratio-"+sz.name)
+			b.ReportMetric(float64(added.Microseconds()), "added-p50-us-"+sz.name)
+		}
+	}
+	fmt.Fprint(os.Stdout, table.String())
+}
+
+// discardRecording keeps the recorder from holding every benchmark body.
+func discardRecording(r *recorder) http.HandlerFunc {
+	inner := r.handler
+	return func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.reqs = r.reqs[:0]
+		r.mu.Unlock()
+		if inner != nil {
+			inner(w, req)
+			return
+		}
+		_, _ = io.WriteString(w, "{}")
+	}
+}
+
+// chatBodyOfSize builds a chat request of about n bytes.
+func chatBodyOfSize(n int) []byte {
+	const head, tail = `{"model":"m","messages":[{"role":"user","content":"`, `"}]}`
+	pad := n - len(head) - len(tail)
+	if pad < 1 {
+		pad = 1
+	}
+	return []byte(head + strings.Repeat("a", pad) + tail)
+}
+
+type loadResult struct {
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+func (lr *loadResult) add(o loadResult) {
+	lr.lat = append(lr.lat, o.lat...)
+	lr.elapsed += o.elapsed
+}
+
+func (lr *loadResult) rps() float64 { return float64(len(lr.lat)) / lr.elapsed.Seconds() }
+
+func (lr *loadResult) pct(p int) time.Duration {
+	s := append([]time.Duration(nil), lr.lat...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	return s[(len(s)-1)*p/100]
+}
+
+// runLoad sends n POSTs with the given concurrency and fails the benchmark
+// on any non-200, so a broken proxy can never look fast.
+func runLoad(b *testing.B, url string, body []byte, n, concurrency int) loadResult {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency}}
+	defer client.CloseIdleConnections()
+	lat := make([]time.Duration, n)
+	var next int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failure error
+	start := time.Now()
+	for w := 0; w < concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					failure = err
+					mu.Unlock()
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	if failure != nil {
+		b.Fatalf("load against %s: %v", url, failure)
+	}
+	return loadResult{lat: lat, elapsed: time.Since(start)}
+}

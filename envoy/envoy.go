@@ -1,0 +1,206 @@
+// Package envoy is chime's Envoy-compatible local runtime (SPEC §13): it
+// loads the same envoy.yaml Envoy runs, builds the wasm HTTP filters on
+// wazero, and serves the listeners and the admin endpoint.
+//
+//	srv, err := envoy.Start(ctx, envoy.Options{ConfigPath: "envoy.yaml"})
+//	if err != nil { ... }
+//	defer srv.Close()
+//	fmt.Println(srv.Addr("chime"), srv.AdminAddr())
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/chimehq/chime/envoy/internal/config"
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	"github.com/chimehq/chime/envoy/internal/proxy"
+	"github.com/chimehq/chime/envoy/internal/stats"
+	"github.com/chimehq/chime/envoy/internal/wasmhost"
+)
+
+// WASI profiles (SPEC §13).
+const (
+	// ProfileEnvoy138 matches released Envoy 1.33–1.38: poll_oneoff answers
+	// ENOSYS. It is the default.
+	ProfileEnvoy138 = "envoy-1.38"
+	// ProfileEnvoyLatest matches Envoy's main branch.
+	ProfileEnvoyLatest = "envoy-latest"
+)
+
+// Version is what /server_info reports.
+const Version = "chime-envoy/1.38-compatible"
+
+// Options configure Start.
+type Options struct {
+	// ConfigPath is the envoy.yaml to load (required). Relative wasm code
+	// paths in it resolve against the working directory, as in Envoy.
+	ConfigPath string
+	// WASIProfile is ProfileEnvoy138 (default) or ProfileEnvoyLatest.
+	WASIProfile string
+	// CacheDir holds compiled wasm modules across runs ("" = no cache).
+	CacheDir string
+	// Workers is the number of worker VMs per filter (Envoy's
+	// --concurrency). Default: GOMAXPROCS.
+	Workers int
+	// Logger receives runtime and plugin logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is a running runtime.
+type Server struct {
+	cfg       *config.Config
+	proxy     *proxy.Server
+	admin     *proxy.Admin
+	clusters  *proxy.Clusters
+	factories []httpfilter.Factory
+}
+
+// newWasmFactory is swapped in tests; the real one is wasmhost's.
+var newWasmFactory = wasmhost.NewFactory
+
+// Start loads and validates the config, builds the wasm filters, binds
+// every listener and the admin address, and returns once they accept
+// connections. ctx bounds startup only; Close stops the server.
+func Start(ctx context.Context, opt Options) (*Server, error) {
+	if opt.ConfigPath == "" {
+		return nil, errors.New("envoy: Options.ConfigPath is required")
+	}
+	switch opt.WASIProfile {
+	case "":
+		opt.WASIProfile = ProfileEnvoy138
+	case ProfileEnvoy138, ProfileEnvoyLatest:
+	default:
+		return nil, fmt.Errorf("envoy: unknown WASI profile %q (want %q or %q)", opt.WASIProfile, ProfileEnvoy138, ProfileEnvoyLatest)
+	}
+	if opt.Workers <= 0 {
+		opt.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	cfg, err := config.Load(opt.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkWasmFiles(cfg); err != nil {
+		return nil, err
+	}
+	st := stats.New()
+	s := &Server{cfg: cfg, clusters: proxy.NewClusters(cfg.Clusters, st)}
+	env := httpfilter.Env{
+		Clusters:    s.clusters,
+		Stats:       st,
+		Logger:      opt.Logger,
+		Workers:     opt.Workers,
+		WASIProfile: opt.WASIProfile,
+		CacheDir:    opt.CacheDir,
+		NodeID:      cfg.NodeID,
+		NodeCluster: cfg.NodeCluster,
+	}
+	filters := map[string][]httpfilter.Factory{}
+	for _, l := range cfg.Listeners {
+		for _, wc := range l.HTTPFilters {
+			if err := ctx.Err(); err != nil {
+				s.Close()
+				return nil, err
+			}
+			f, err := newWasmFactory(wc, env)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("envoy: listener %s: wasm filter %s (root_id %q): %w", l.Name, wc.FilterName, wc.RootID, err)
+			}
+			s.factories = append(s.factories, f)
+			filters[l.Name] = append(filters[l.Name], f)
+		}
+	}
+	s.proxy, err = proxy.Listen(proxy.Options{Config: cfg, Clusters: s.clusters, Filters: filters, Workers: opt.Workers, Stats: st, Logger: opt.Logger})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	if cfg.Admin != nil {
+		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now()}
+		s.admin, err = proxy.ListenAdmin(cfg.Admin.Address, proxy.NewAdminHandler(st, info))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("envoy: admin: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// checkWasmFiles fails early, with the path, on wasm code that is missing
+// (Envoy refuses such a config at load too).
+func checkWasmFiles(cfg *config.Config) error {
+	for _, l := range cfg.Listeners {
+		for _, wc := range l.HTTPFilters {
+			if wc.CodePath == "" {
+				continue
+			}
+			if _, err := os.Stat(wc.CodePath); err != nil {
+				hint := ""
+				if !filepath.IsAbs(wc.CodePath) {
+					wd, _ := os.Getwd()
+					hint = fmt.Sprintf(" (relative to the working directory %s, as in Envoy)", wd)
+				}
+				return fmt.Errorf("envoy: %s: listener %s: wasm filter %s: cannot read wasm code %q%s: %w",
+					cfg.Path, l.Name, wc.FilterName, wc.CodePath, hint, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Addr returns the bound host:port of a listener by name ("" if none).
+func (s *Server) Addr(listener string) string {
+	if s.proxy == nil {
+		return ""
+	}
+	return s.proxy.Addr(listener)
+}
+
+// AdminAddr returns the admin host:port ("" when the config has no admin).
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.Addr()
+}
+
+// Close stops the listeners and the admin, then releases the filters' VMs.
+func (s *Server) Close() error {
+	var errs []error
+	if s.proxy != nil {
+		errs = append(errs, s.proxy.Close())
+	}
+	if s.admin != nil {
+		errs = append(errs, s.admin.Close())
+	}
+	for _, f := range s.factories {
+		errs = append(errs, f.Close())
+	}
+	s.clusters.Close()
+	return errors.Join(errs...)
+}
+
+// Listener is a bound listener of a running Server.
+type Listener struct {
+	Name string // the listener's name in the config
+	Addr string // bound host:port
+}
+
+// Listeners returns the bound listeners in config order.
+func (s *Server) Listeners() []Listener {
+	var out []Listener
+	for _, l := range s.cfg.Listeners {
+		out = append(out, Listener{Name: l.Name, Addr: s.Addr(l.Name)})
+	}
+	return out
+}

@@ -1,0 +1,280 @@
+// Package config loads an Envoy bootstrap (envoy.yaml) with Envoy's own API
+// types and translates the subset the chime proxy runs into a small model
+// (SPEC §13 "Config subset"). A file Envoy rejects is rejected here too;
+// a valid file that uses something this runtime does not implement gets an
+// error naming that field rather than being half-run.
+package config
+
+import (
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+)
+
+// Envoy defaults the model fills in when the file leaves them out.
+const (
+	DefaultBufferLimit       = 1 << 20          // per_connection_buffer_limit_bytes
+	DefaultRouteTimeout      = 15 * time.Second // RouteAction.timeout
+	DefaultConnectTimeout    = 5 * time.Second  // Cluster.connect_timeout
+	DefaultStreamIdleTimeout = 5 * time.Minute  // HCM stream_idle_timeout
+)
+
+// Config is the translated bootstrap.
+type Config struct {
+	Path        string // file it was loaded from ("" for Parse without a name)
+	NodeID      string
+	NodeCluster string
+	Admin       *Admin // nil when the bootstrap has no admin
+	Listeners   []*Listener
+	Clusters    []*Cluster
+}
+
+// Cluster returns the named cluster or nil.
+func (c *Config) Cluster(name string) *Cluster {
+	for _, cl := range c.Clusters {
+		if cl.Name == name {
+			return cl
+		}
+	}
+	return nil
+}
+
+// Listener returns the named listener or nil.
+func (c *Config) Listener(name string) *Listener {
+	for _, l := range c.Listeners {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// Admin is the admin listener.
+type Admin struct {
+	Address string // host:port
+}
+
+// Listener is one static listener running an http_connection_manager.
+type Listener struct {
+	Name        string
+	Host        string
+	Port        int
+	BufferLimit int // per_connection_buffer_limit_bytes (Envoy default 1 MiB)
+
+	StatPrefix        string
+	StreamIdleTimeout time.Duration // 0 = disabled
+	GenerateRequestID bool          // HCM generate_request_id (default true)
+	ServerName        string        // HCM server_name (default "envoy")
+	RouteConfigName   string
+	VirtualHosts      []*VirtualHost
+	// HTTPFilters are the wasm filters in config order; the router is
+	// implicit and always last (Envoy requires it there).
+	HTTPFilters []httpfilter.WasmConfig
+}
+
+// Address is host:port for net.Listen.
+func (l *Listener) Address() string { return net.JoinHostPort(l.Host, strconv.Itoa(l.Port)) }
+
+// VirtualHost is a route_config virtual host.
+type VirtualHost struct {
+	Name    string
+	Domains []string
+	Routes  []*Route
+}
+
+// Route is one route: a match and either a cluster or a direct response.
+type Route struct {
+	Name  string
+	Match RouteMatch
+	// Cluster is the upstream; empty for a direct response.
+	Cluster string
+	Timeout time.Duration // 0 = no timeout
+	Direct  *DirectResponse
+}
+
+// DirectResponse is RouteAction direct_response.
+type DirectResponse struct {
+	Status int
+	Body   []byte
+}
+
+// PathKind says how RouteMatch compares the path.
+type PathKind int
+
+const (
+	PathPrefix PathKind = iota // match.prefix
+	PathExact                  // match.path (query string ignored)
+	PathRegex                  // match.safe_regex (full match, query ignored)
+)
+
+// RouteMatch is a route's match block.
+type RouteMatch struct {
+	Kind          PathKind
+	Value         string
+	CaseSensitive bool // default true
+	Headers       []HeaderMatcher
+	regex         *regexp.Regexp
+}
+
+// MatchKind says how a HeaderMatcher compares a value.
+type MatchKind int
+
+const (
+	MatchExact MatchKind = iota
+	MatchPrefix
+	MatchSuffix
+	MatchContains
+	MatchRegex
+	MatchPresent
+)
+
+// HeaderMatcher is a route match header condition.
+type HeaderMatcher struct {
+	Name                string // lower-case
+	Kind                MatchKind
+	Value               string
+	Present             bool // for MatchPresent: the header must (true) or must not exist
+	IgnoreCase          bool
+	Invert              bool
+	TreatMissingAsEmpty bool
+	regex               *regexp.Regexp
+}
+
+// Matches reports whether a request with this :path and these headers
+// matches, with Envoy's rules: prefix compares the whole :path, exact and
+// regex ignore the query string; every header matcher must hold.
+func (m *RouteMatch) Matches(path string, h httpfilter.Headers) bool {
+	switch m.Kind {
+	case PathPrefix:
+		if m.CaseSensitive {
+			if !strings.HasPrefix(path, m.Value) {
+				return false
+			}
+		} else if len(path) < len(m.Value) || !strings.EqualFold(path[:len(m.Value)], m.Value) {
+			return false
+		}
+	case PathExact:
+		p := stripQuery(path)
+		if m.CaseSensitive && p != m.Value || !m.CaseSensitive && !strings.EqualFold(p, m.Value) {
+			return false
+		}
+	case PathRegex:
+		if !m.regex.MatchString(stripQuery(path)) {
+			return false
+		}
+	}
+	for i := range m.Headers {
+		if !m.Headers[i].Matches(h) {
+			return false
+		}
+	}
+	return true
+}
+
+func stripQuery(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// Matches applies one header condition. Multiple values of a header are
+// joined with "," first, as Envoy does.
+func (hm *HeaderMatcher) Matches(h httpfilter.Headers) bool {
+	var vals []string
+	for _, e := range h {
+		if e.Key == hm.Name {
+			vals = append(vals, e.Value)
+		}
+	}
+	exists := len(vals) > 0
+	if hm.Kind == MatchPresent {
+		return (exists == hm.Present) != hm.Invert
+	}
+	if !exists {
+		if !hm.TreatMissingAsEmpty {
+			return false // a missing header never matches, even inverted
+		}
+		vals = []string{""}
+	}
+	v := strings.Join(vals, ",")
+	want := hm.Value
+	if hm.IgnoreCase {
+		v, want = strings.ToLower(v), strings.ToLower(want)
+	}
+	var ok bool
+	switch hm.Kind {
+	case MatchExact:
+		ok = v == want
+	case MatchPrefix:
+		ok = strings.HasPrefix(v, want)
+	case MatchSuffix:
+		ok = strings.HasSuffix(v, want)
+	case MatchContains:
+		ok = strings.Contains(v, want)
+	case MatchRegex:
+		ok = hm.regex.MatchString(v)
+	}
+	return ok != hm.Invert
+}
+
+// Cluster is a static or DNS cluster.
+type Cluster struct {
+	Name           string
+	Type           string // "STATIC", "STRICT_DNS", "LOGICAL_DNS"
+	LBPolicy       string // "ROUND_ROBIN" or "RANDOM"
+	ConnectTimeout time.Duration
+	BufferLimit    int
+	Network        string   // "tcp", or "tcp4"/"tcp6" per dns_lookup_family
+	Endpoints      []string // host:port, resolved at connect time for DNS types
+}
+
+// SelectVirtualHost picks the virtual host for an :authority with Envoy's
+// precedence: exact domain, then the longest suffix wildcard ("*.x.com"),
+// then the longest prefix wildcard ("x.*"), then "*".
+func (l *Listener) SelectVirtualHost(authority string) *VirtualHost {
+	host := strings.ToLower(authority)
+	var best *VirtualHost
+	bestRank, bestLen := 0, -1
+	for _, vh := range l.VirtualHosts {
+		for _, d := range vh.Domains {
+			d = strings.ToLower(d)
+			rank, n := 0, len(d)
+			switch {
+			case d == host:
+				return vh
+			case d == "*":
+				rank = 1
+			case strings.HasSuffix(d, "*") && strings.HasPrefix(host, d[:len(d)-1]) && len(host) > len(d)-1:
+				rank = 2
+			case strings.HasPrefix(d, "*") && strings.HasSuffix(host, d[1:]) && len(host) > len(d)-1:
+				rank = 3
+			}
+			if rank > bestRank || rank == bestRank && rank > 0 && n > bestLen {
+				best, bestRank, bestLen = vh, rank, n
+			}
+		}
+	}
+	return best
+}
+
+// MatchRoute returns the first route of the selected virtual host that
+// matches, or nil (Envoy answers 404).
+func (l *Listener) MatchRoute(h httpfilter.Headers) *Route {
+	authority, _ := h.Get(":authority")
+	vh := l.SelectVirtualHost(authority)
+	if vh == nil {
+		return nil
+	}
+	path, _ := h.Get(":path")
+	for _, r := range vh.Routes {
+		if r.Match.Matches(path, h) {
+			return r
+		}
+	}
+	return nil
+}

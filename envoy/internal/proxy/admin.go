@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/chimehq/chime/envoy/internal/stats"
+)
+
+// ServerInfo is what /server_info reports.
+type ServerInfo struct {
+	Version     string
+	NodeID      string
+	NodeCluster string
+	Concurrency int
+	Start       time.Time
+}
+
+// Admin is the admin listener (Envoy's admin: /ready, /stats,
+// /stats/prometheus, /server_info).
+type Admin struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// NewAdminHandler serves the admin endpoints from a stat store.
+func NewAdminHandler(st *stats.Store, info ServerInfo) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		_, _ = w.Write([]byte("LIVE\n"))
+	})
+	mux.HandleFunc("/stats/prometheus", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=UTF-8")
+		_ = st.WritePrometheus(w)
+	})
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("format") == "prometheus" {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=UTF-8")
+			_ = st.WritePrometheus(w)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
+		_ = st.WriteText(w)
+	})
+	mux.HandleFunc("/server_info", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"version":              info.Version,
+			"state":                "LIVE",
+			"uptime_current_epoch": time.Since(info.Start).Round(time.Second).String(),
+			"node":                 map[string]string{"id": info.NodeID, "cluster": info.NodeCluster},
+			"command_line_options": map[string]any{
+				"concurrency": info.Concurrency,
+			},
+		})
+	})
+	return mux
+}
+
+// ListenAdmin binds the admin address and serves h.
+func ListenAdmin(addr string, h http.Handler) (*Admin, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	a := &Admin{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { _ = a.srv.Serve(ln) }()
+	return a, nil
+}
+
+// Addr is the bound admin address.
+func (a *Admin) Addr() string { return a.ln.Addr().String() }
+
+// Close stops the admin server.
+func (a *Admin) Close() error { return a.srv.Close() }

@@ -1,0 +1,25 @@
+//go:build wasip1
+
+// Command wasiextra imports wasi_snapshot_preview1.fd_filestat_get, which
+// Envoy 1.38's host lacks and newer proxy-wasm-cpp-host provides.
+package main
+
+import g "github.com/chimehq/chime/envoy/internal/wasmhost/testdata/guestabi"
+
+func main() {}
+
+//go:wasmimport wasi_snapshot_preview1 fd_filestat_get
+func fdFilestatGet(fd, buf uint32) uint32
+
+//go:wasmexport proxy_abi_version_0_2_1
+func abiVersion() {}
+
+//go:wasmexport proxy_on_memory_allocate
+func onAlloc(size uint32) uint32 { return g.Alloc(size) }
+
+//go:wasmexport proxy_on_vm_start
+func onVMStart(id, size uint32) uint32 {
+	var buf [64]byte
+	g.Log("filestat " + string(rune('0'+fdFilestatGet(9, g.Addr(buf[:])))))
+	return 1
+}

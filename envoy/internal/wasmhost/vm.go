@@ -1,0 +1,389 @@
+package wasmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+)
+
+// rootContextID is the id proxy-wasm-cpp-host gives the first (only) root
+// context of a VM; 0 is reserved for the VM context.
+const rootContextID = 1
+
+// vmInstance is one instantiated module with its own runtime. Every call
+// into it is serialized by mu (a wasm VM is single-threaded); host
+// functions run inside such a call and use the per-call state in cur.
+type vmInstance struct {
+	f      *Factory
+	worker int
+	rt     wazero.Runtime
+	mod    api.Module
+
+	mu      sync.Mutex
+	failed  atomic.Bool
+	failErr error // why it failed (set once, under mu)
+	closed  bool  // guarded by mu
+
+	// Guest exports (nil when absent, as every callback is optional).
+	fnMalloc, fnContextCreate, fnVMStart, fnConfigure                        api.Function
+	fnReqHeaders, fnReqBody, fnReqTrailers, fnRespHeaders, fnRespBody        api.Function
+	fnRespTrailers, fnLog, fnDone, fnDelete, fnTick, fnQueueReady, fnHTTPRes api.Function
+
+	// Guarded by mu.
+	nextContextID uint32
+	streams       map[uint32]*stream
+	cur           *callState
+	after         []func()
+	restricted    bool // during _initialize/_start, as Envoy's restricted callbacks
+
+	pendingCalls map[uint32]context.CancelFunc
+	nextCallID   uint32
+	httpResp     *httpfilter.CallResponse // during proxy_on_http_call_response
+	callStatus   uint32                   // proxy_get_status
+	callMessage  string
+
+	metrics                                 map[uint32]httpfilter.Metric
+	nextCounter, nextGauge, nextHistogram   uint32
+	tickStop                                chan struct{}
+	pluginConfigVisible, rootContextCreated bool
+}
+
+// callState is what host functions need to know about the call in progress.
+type callState struct {
+	current   uint32 // the context the host called into
+	effective uint32 // set by proxy_set_effective_context (0 = current)
+	// send_local_response was called: the callback's result becomes a stop
+	// (cpp-host stopNextIteration).
+	stopIteration bool
+}
+
+func (f *Factory) newVM(worker int) (*vmInstance, error) {
+	ctx := f.ctx
+	vm := &vmInstance{
+		f:             f,
+		worker:        worker,
+		nextContextID: rootContextID + 1,
+		streams:       map[uint32]*stream{},
+		pendingCalls:  map[uint32]context.CancelFunc{},
+		metrics:       map[uint32]httpfilter.Metric{},
+		nextGauge:     1,
+		nextHistogram: 2,
+	}
+	vm.rt = wazero.NewRuntimeWithConfig(ctx, f.rtCfg)
+	if err := vm.instantiateHost(ctx); err != nil {
+		vm.rt.Close(ctx)
+		return nil, err
+	}
+	cm, err := vm.rt.CompileModule(ctx, f.code)
+	if err != nil {
+		vm.rt.Close(ctx)
+		return nil, fmt.Errorf("wasm: compile: %w", err)
+	}
+	mod, err := vm.rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		vm.rt.Close(ctx)
+		return nil, fmt.Errorf("wasm: instantiate: %w", err)
+	}
+	f.instantiations.Add(1)
+	vm.mod = mod
+	vm.lookupExports()
+	if err := vm.start(ctx); err != nil {
+		vm.close()
+		return nil, err
+	}
+	return vm, nil
+}
+
+func (vm *vmInstance) lookupExports() {
+	get := func(name string) api.Function { return vm.mod.ExportedFunction(name) }
+	// cpp-host prefers an exported malloc over proxy_on_memory_allocate.
+	if vm.fnMalloc = get("malloc"); vm.fnMalloc == nil {
+		vm.fnMalloc = get("proxy_on_memory_allocate")
+	}
+	vm.fnContextCreate = get("proxy_on_context_create")
+	vm.fnVMStart = get("proxy_on_vm_start")
+	vm.fnConfigure = get("proxy_on_configure")
+	vm.fnReqHeaders = get("proxy_on_request_headers")
+	vm.fnReqBody = get("proxy_on_request_body")
+	vm.fnReqTrailers = get("proxy_on_request_trailers")
+	vm.fnRespHeaders = get("proxy_on_response_headers")
+	vm.fnRespBody = get("proxy_on_response_body")
+	vm.fnRespTrailers = get("proxy_on_response_trailers")
+	vm.fnLog = get("proxy_on_log")
+	vm.fnDone = get("proxy_on_done")
+	vm.fnDelete = get("proxy_on_delete")
+	vm.fnTick = get("proxy_on_tick")
+	vm.fnQueueReady = get("proxy_on_queue_ready")
+	vm.fnHTTPRes = get("proxy_on_http_call_response")
+}
+
+// start runs Envoy's VM and plugin start sequence (cpp-host startVm,
+// ContextBase::onStart, onConfigure): _initialize then main (reactor) or
+// _start (command), with only the restricted capabilities; then
+// proxy_on_context_create(root, 0), proxy_on_vm_start(root, vm_config_size),
+// proxy_on_configure(root, plugin_config_size).
+func (vm *vmInstance) start(ctx context.Context) error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.restricted = true
+	if fn := vm.mod.ExportedFunction("_initialize"); fn != nil {
+		if _, ok := vm.call(ctx, 0, fn); !ok {
+			return fmt.Errorf("wasm: _initialize trapped: %w", vm.failErr)
+		}
+		if fn := vm.mod.ExportedFunction("main"); fn != nil && len(fn.Definition().ParamTypes()) == 2 {
+			if _, ok := vm.call(ctx, 0, fn, 0, 0); !ok {
+				return fmt.Errorf("wasm: main trapped: %w", vm.failErr)
+			}
+		} else if fn := vm.mod.ExportedFunction("__main_void"); fn != nil {
+			if _, ok := vm.call(ctx, 0, fn); !ok {
+				return fmt.Errorf("wasm: __main_void trapped: %w", vm.failErr)
+			}
+		}
+	} else if fn := vm.mod.ExportedFunction("_start"); fn != nil {
+		if _, ok := vm.call(ctx, 0, fn); !ok {
+			return fmt.Errorf("wasm: _start trapped: %w", vm.failErr)
+		}
+	}
+	vm.restricted = false
+	if vm.fnContextCreate != nil {
+		vm.pluginConfigVisible = true
+		_, ok := vm.call(ctx, rootContextID, vm.fnContextCreate, rootContextID, 0)
+		vm.pluginConfigVisible = false
+		if !ok {
+			return fmt.Errorf("wasm: proxy_on_context_create for the root context trapped: %w", vm.failErr)
+		}
+	}
+	vm.rootContextCreated = true
+	if vm.fnVMStart != nil {
+		r, ok := vm.call(ctx, rootContextID, vm.fnVMStart, rootContextID, uint64(len(vm.f.cfg.VMConfiguration)))
+		if !ok {
+			return fmt.Errorf("wasm: proxy_on_vm_start trapped: %w", vm.failErr)
+		}
+		if uint32(r) == 0 {
+			return errors.New("wasm: Failed to start base Wasm (proxy_on_vm_start returned false)")
+		}
+	}
+	if vm.fnConfigure != nil {
+		vm.pluginConfigVisible = true
+		r, ok := vm.call(ctx, rootContextID, vm.fnConfigure, rootContextID, uint64(len(vm.f.cfg.PluginConfiguration)))
+		vm.pluginConfigVisible = false
+		if !ok {
+			return fmt.Errorf("wasm: proxy_on_configure trapped: %w", vm.failErr)
+		}
+		if uint32(r) == 0 {
+			return fmt.Errorf("wasm: Unable to configure Wasm plugin %q (proxy_on_configure returned false)", vm.f.cfg.PluginName)
+		}
+	}
+	return nil
+}
+
+// call invokes fn with mu held, as context `current`. It returns false if
+// the guest trapped, in which case the VM is marked failed. Deferred
+// "after VM call" actions queued by host functions are left in vm.after for
+// the caller to run once it has released mu (see runAfter).
+func (vm *vmInstance) call(ctx context.Context, current uint32, fn api.Function, args ...uint64) (uint64, bool) {
+	if vm.failed.Load() || vm.closed {
+		return 0, false
+	}
+	prev := vm.cur
+	vm.cur = &callState{current: current}
+	res, err := fn.Call(ctx, args...)
+	vm.cur = prev
+	if err != nil {
+		vm.fail(fn.Definition().Name(), err)
+		return 0, false
+	}
+	if len(res) == 0 {
+		return 0, true
+	}
+	return res[0], true
+}
+
+// fail marks the VM dead after a guest fault. Streams bound to it fail per
+// fail_open from now on; the worker slot replaces it on the next stream.
+func (vm *vmInstance) fail(where string, err error) {
+	if vm.failed.Swap(true) {
+		return
+	}
+	vm.failErr = fmt.Errorf("%s: %w", where, err)
+	vm.f.logger.Error("wasm: VM failed; it will be replaced", "worker", vm.worker, "callback", where, "err", err)
+	vm.stopTick()
+	for id, cancel := range vm.pendingCalls {
+		cancel()
+		delete(vm.pendingCalls, id)
+	}
+}
+
+// takeAfter returns and clears the deferred actions; call with mu held.
+func (vm *vmInstance) takeAfter() []func() {
+	a := vm.after
+	vm.after = nil
+	return a
+}
+
+func runAfter(actions []func()) {
+	for _, a := range actions {
+		a()
+	}
+}
+
+// background runs a delivery that does not come from a stream (tick, queue,
+// http response): lock, call, then run the deferred actions unlocked.
+func (vm *vmInstance) background(fn func()) {
+	vm.mu.Lock()
+	if vm.failed.Load() || vm.closed {
+		vm.mu.Unlock()
+		return
+	}
+	fn()
+	after := vm.takeAfter()
+	vm.mu.Unlock()
+	runAfter(after)
+}
+
+// shutdown is Close for one VM: the root context's on_done and on_delete,
+// then release the runtime.
+func (vm *vmInstance) shutdown() {
+	vm.mu.Lock()
+	if !vm.failed.Load() && !vm.closed && vm.rootContextCreated {
+		ctx := context.Background()
+		if vm.fnDone != nil {
+			vm.call(ctx, rootContextID, vm.fnDone, rootContextID)
+		}
+		if vm.fnDelete != nil {
+			vm.call(ctx, rootContextID, vm.fnDelete, rootContextID)
+		}
+		vm.after = nil
+	}
+	vm.mu.Unlock()
+	vm.close()
+}
+
+func (vm *vmInstance) close() {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.closed {
+		return
+	}
+	vm.closed = true
+	vm.stopTick()
+	for id, cancel := range vm.pendingCalls {
+		cancel()
+		delete(vm.pendingCalls, id)
+	}
+	vm.rt.Close(context.Background())
+}
+
+// setTick (re)arms the root context's tick; 0 disables it. Envoy re-arms
+// the timer after each proxy_on_tick returns, so a slow tick never overlaps.
+func (vm *vmInstance) setTick(period time.Duration) {
+	vm.stopTick()
+	if period <= 0 {
+		return
+	}
+	stop := make(chan struct{})
+	vm.tickStop = stop
+	go func() {
+		t := time.NewTimer(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-vm.f.ctx.Done():
+				return
+			case <-t.C:
+			}
+			vm.background(func() {
+				select {
+				case <-stop: // re-armed or disabled while this tick waited for the VM
+					return
+				default:
+				}
+				if vm.fnTick != nil {
+					vm.call(vm.f.ctx, rootContextID, vm.fnTick, rootContextID)
+				}
+			})
+			t.Reset(period)
+		}
+	}()
+}
+
+func (vm *vmInstance) stopTick() {
+	if vm.tickStop != nil {
+		close(vm.tickStop)
+		vm.tickStop = nil
+	}
+}
+
+// dispatchHTTPCall runs an accepted proxy_http_call in the background and
+// delivers proxy_on_http_call_response to the root context: the call is
+// owned by the root context (exports.cc http_call uses root_context()), so
+// it outlives the stream that made it. Any failure (unknown cluster at
+// dispatch, connect error, reset, timeout) is delivered as num_headers=0,
+// body_size=0, num_trailers=0 with proxy_get_status = BROKEN_CONNECTION,
+// "reset", as Envoy's onHttpCallFailure does.
+func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers httpfilter.Headers, body []byte, trailers httpfilter.Headers, timeout time.Duration) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(vm.f.ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(vm.f.ctx)
+	}
+	vm.pendingCalls[token] = cancel
+	caller := vm.f.env.Clusters
+	go func() {
+		defer cancel()
+		var resp *httpfilter.CallResponse
+		err := errors.New("no cluster manager")
+		if caller != nil {
+			resp, err = caller.Call(ctx, cluster, headers, body, trailers, timeout)
+		}
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		vm.background(func() {
+			if _, ok := vm.pendingCalls[token]; !ok {
+				return
+			}
+			delete(vm.pendingCalls, token)
+			if vm.fnHTTPRes == nil {
+				return
+			}
+			if err != nil || resp == nil {
+				vm.f.logger.Debug("wasm: http call failed", "cluster", cluster, "token", token, "err", err)
+				vm.callStatus, vm.callMessage = uint32(statusBrokenConnection), "reset"
+				vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token), 0, 0, 0)
+				vm.callMessage = ""
+				return
+			}
+			vm.httpResp = resp
+			vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token),
+				uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers)))
+			vm.httpResp = nil
+		})
+	}()
+}
+
+// queueReady delivers proxy_on_queue_ready to the context that registered
+// the queue, asynchronously (Envoy posts it to that worker's dispatcher).
+func (vm *vmInstance) queueReady(contextID, token uint32) {
+	go vm.background(func() {
+		if vm.fnQueueReady == nil {
+			return
+		}
+		if contextID != rootContextID && vm.streams[contextID] == nil {
+			return
+		}
+		vm.call(vm.f.ctx, contextID, vm.fnQueueReady, uint64(contextID), uint64(token))
+	})
+}

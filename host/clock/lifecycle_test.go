@@ -1,0 +1,241 @@
+package clock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chimehq/chime/storage"
+)
+
+func openDisk(t *testing.T, dir string) *storage.Store {
+	t.Helper()
+	st, err := storage.Open(dir, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func TestSweep(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	expiredOnce := f.schedule(t, "a", "r", item(iso(t0.Add(time.Minute)), "expired"))
+	dueUndelivered := f.schedule(t, "a", "r", item(iso(t0.Add(30*time.Minute)), "due, undelivered"))
+	deliveredRecent := f.schedule(t, "b", "r", item(iso(t0.Add(25*time.Minute)), "delivered, in retention"))
+	missed := item(iso(t0.Add(2*time.Minute)), "missed repeat")
+	missed["repeat"] = "every 1h"
+	missedRepeat := f.schedule(t, "b", "r", missed)
+
+	f.clock.Set(t0.Add(25 * time.Minute))
+	f.reserve(t, "b", "rb")
+	if n, _ := f.e.Commit(ctx, "rb"); n != 1 {
+		t.Fatal("commit")
+	}
+	// An orphaned reservation record from a request that never finished.
+	if err := f.store.Update(func(tx *storage.Tx) error {
+		if err := tx.PutReservation(storage.Reservation{RequestID: "lost", SessionID: "a", ReservedAt: t0.Add(-20 * time.Minute).UnixMilli()}); err != nil {
+			return err
+		}
+		return tx.PutReservation(storage.Reservation{RequestID: "recent", SessionID: "a", ReservedAt: t0.UnixMilli()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// t0+45m: expiredOnce expired at t0+21m; dueUndelivered expires at
+	// t0+50m; deliveredRecent exactly at its t0+45m boundary (kept).
+	now := f.clock.Add(20 * time.Minute)
+	n, err := f.e.Sweep(ctx, now)
+	if err != nil || n != 1 {
+		t.Fatalf("sweep deleted %d (%v), want 1", n, err)
+	}
+	if _, ok, _ := f.store.GetTask("a", expiredOnce); ok {
+		t.Fatal("expired task survived")
+	}
+	f.task(t, "a", dueUndelivered)
+	if got := f.task(t, "b", deliveredRecent); got.DeliveredAt == 0 {
+		t.Fatal("delivered task lost its delivery")
+	}
+	rep := f.task(t, "b", missedRepeat)
+	if rep.DueAt != t0.Add(62*time.Minute).UnixMilli() || rep.DeliveredAt != 0 {
+		t.Fatalf("missed repeat not re-armed to the next slot: %v", time.UnixMilli(rep.DueAt).UTC())
+	}
+	err = f.store.View(func(tx *storage.Tx) error {
+		if _, ok, _ := tx.Reservation("lost"); ok {
+			t.Error("orphaned reservation kept")
+		}
+		if _, ok, _ := tx.Reservation("recent"); !ok {
+			t.Error("recent reservation dropped")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSweepKeepsDueUndeliveredUntilExpiry(t *testing.T) {
+	f := newFixture(t)
+	id := f.schedule(t, "s", "r", item(iso(t0.Add(time.Minute)), "x"))
+	due := t0.Add(time.Minute)
+	if n, _ := f.e.Sweep(context.Background(), due.Add(DefaultRetention)); n != 0 {
+		t.Fatal("deleted at the retention boundary")
+	}
+	f.task(t, "s", id)
+	delivered := f.schedule(t, "s", "r", item(iso(t0.Add(2*time.Minute)), "y"))
+	f.clock.Set(t0.Add(2 * time.Minute))
+	f.reserve(t, "s", "q")
+	f.e.Commit(context.Background(), "q")
+	if n, _ := f.e.Sweep(context.Background(), due.Add(DefaultRetention+time.Millisecond)); n != 1 {
+		t.Fatal("expired task not deleted")
+	}
+	f.task(t, "s", delivered) // delivered but still inside its retention
+}
+
+// A due-but-undelivered task survives a restart (startup scan) and is then
+// injected.
+func TestDueTaskSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	clk := &fakeClock{now: t0}
+	st := openDisk(t, dir)
+	f := newFixtureOn(t, st, clk)
+	id := f.schedule(t, "s", "r", item(iso(t0.Add(time.Minute)), "persist me"))
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(10 * time.Minute)) // due while the host was down
+	f2 := newFixtureOn(t, openDisk(t, dir), clk)
+	if n, err := f2.e.Sweep(context.Background(), clk.Now()); n != 0 || err != nil {
+		t.Fatalf("startup scan: %d %v", n, err)
+	}
+	rs := f2.reserve(t, "s", "after-restart")
+	if len(rs) != 1 || rs[0].TaskID != id {
+		t.Fatalf("not injected after restart: %v", ids(rs))
+	}
+}
+
+func TestRunSweepsAtStartAndOnTick(t *testing.T) {
+	f := newFixture(t)
+	a := f.schedule(t, "s", "r", item(iso(t0.Add(time.Minute)), "a"))
+	b := f.schedule(t, "s", "r", item(iso(t0.Add(time.Hour)), "b"))
+	f.clock.Set(t0.Add(30 * time.Minute)) // a expired, b not
+
+	ticks := make(chan time.Time)
+	stopped := make(chan struct{})
+	f.e.newTicker = func(d time.Duration) (<-chan time.Time, func()) {
+		if d != DefaultSweepEvery {
+			t.Errorf("tick every %v", d)
+		}
+		return ticks, func() { close(stopped) }
+	}
+	swept := make(chan struct{})
+	f.e.afterSweep = func() { swept <- struct{}{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.e.Run(ctx) }()
+
+	<-swept // startup scan
+	if _, ok, _ := f.store.GetTask("s", a); ok {
+		t.Fatal("startup scan kept an expired task")
+	}
+	f.task(t, "s", b)
+	f.clock.Set(t0.Add(2 * time.Hour))
+	ticks <- f.clock.Now()
+	<-swept
+	if _, ok, _ := f.store.GetTask("s", b); ok {
+		t.Fatal("tick did not sweep")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-stopped
+}
+
+func TestNextDue(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, ok := f.e.NextDue(ctx, "s", "r"); ok {
+		t.Fatal("no tasks, yet a next due")
+	}
+	if _, ok := f.e.NextDue(ctx, "", "r"); ok {
+		t.Fatal("no session, yet a next due")
+	}
+	stamped := f.schedule(t, "s", "req", item(iso(t0.Add(20*time.Second)), "stamped"))
+	f.schedule(t, "s", "req", item(iso(t0.Add(3*time.Minute)), "later"))
+	f.schedule(t, "s", "req", item(iso(t0.Add(2*time.Minute)), "sooner"))
+	_ = stamped
+	// For the scheduling chain the stamped task does not count.
+	at, ok := f.e.NextDue(ctx, "s", "req:hold")
+	if !ok || !at.Equal(t0.Add(2*time.Minute-DefaultDueWindow)) {
+		t.Fatalf("next due for chain: %v %v", at, ok)
+	}
+	// For another request it does.
+	at, ok = f.e.NextDue(ctx, "s", "other")
+	if !ok || !at.Equal(t0.Add(20*time.Second-DefaultDueWindow)) {
+		t.Fatalf("next due: %v %v", at, ok)
+	}
+	// Delivered tasks do not count.
+	f.reserve(t, "s", "other")
+	f.e.Commit(ctx, "other")
+	at, ok = f.e.NextDue(ctx, "s", "x")
+	if !ok || !at.Equal(t0.Add(2*time.Minute-DefaultDueWindow)) {
+		t.Fatalf("after delivery: %v %v", at, ok)
+	}
+}
+
+func TestDirectives(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	out, err := f.e.ScheduleFromDirective(ctx, "s", "r", `{"dueAt":"2026-02-02T22:00:00Z","task":"from user"}`)
+	if err != nil || len(out) != 1 || out[0].Task != "from user" || out[0].DueAt != "2026-02-02T22:00:00Z" {
+		t.Fatalf("directive: %v %v", out, err)
+	}
+	out, err = f.e.ScheduleFromDirective(ctx, "s", "r", `[{"dueAt":"2026-02-02T23:00:00Z","task":"a"},{"dueAt":"2026-02-03T00:00:00Z","task":"b","repeat":"daily"}]`)
+	if err != nil || len(out) != 2 {
+		t.Fatalf("array directive: %v %v", out, err)
+	}
+	for payload, want := range map[string]string{
+		`{"dueAt":"2026-02-02T22:00:00","task":"x"}`: "no UTC offset",
+		`{"dueAt":"2026-02-02T22:00:00Z"}`:           "task is empty",
+		`not json`:                                   "not a JSON object",
+		`[1]`:                                        "not a JSON array",
+	} {
+		_, err := f.e.ScheduleFromDirective(ctx, "s", "r", payload)
+		if err == nil || !strings.Contains(err.Error(), want) || IsStorageFailure(err) {
+			t.Fatalf("%s: %v", payload, err)
+		}
+	}
+	if _, err := f.e.ScheduleFromDirective(ctx, "", "r", `{"dueAt":"2026-02-02T22:00:00Z","task":"x"}`); err == nil {
+		t.Fatal("directive without session")
+	}
+	n, err := f.e.ApplyClear(ctx, "s")
+	if err != nil || n != 3 {
+		t.Fatalf("clear directive: %d %v", n, err)
+	}
+}
+
+// clock:clear is written through: after close and reopen the tasks are gone.
+func TestApplyClearIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	clk := &fakeClock{now: t0}
+	st := openDisk(t, dir)
+	f := newFixtureOn(t, st, clk)
+	f.schedule(t, "s", "r", item(iso(t0.Add(time.Hour)), "x"))
+	if n, err := f.e.ApplyClear(context.Background(), "s"); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	st.Close()
+	st2 := openDisk(t, dir)
+	if ts, err := st2.ListTasks("s"); len(ts) != 0 || err != nil {
+		t.Fatalf("after reopen: %v %v", ts, err)
+	}
+}
+
+func TestNewRequiresStore(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("engine without store")
+	}
+}

@@ -1,0 +1,213 @@
+package clock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/storage"
+)
+
+// Reminder is a due task reserved for injection into one request.
+type Reminder struct {
+	TaskID    string
+	SessionID string
+	Task      string
+	Tool      string
+	Arguments string // compact JSON text or ""
+	Repeat    string
+	DueAt     time.Time
+}
+
+// ErrNoRequestID is returned by Reserve without a request id: a reservation
+// must be committed or rolled back by id.
+var ErrNoRequestID = errors.New("clock: request id required")
+
+// Reserve marks the session's due tasks as reserved by requestID and returns
+// them for injection (SPEC §6 reservation). A task is due when now >= dueAt −
+// dueWindow, not expired, not delivered, not blocked for this request by
+// notBeforeRequestId, and not reserved by another request within
+// ReservationTTL. Reserving again for the same request is idempotent. No
+// session means nothing to inject.
+func (e *Engine) Reserve(ctx context.Context, sessionID, requestID string, now time.Time) ([]Reminder, error) {
+	if sessionID == "" {
+		return nil, nil
+	}
+	if requestID == "" {
+		return nil, ErrNoRequestID
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Read first: most requests have nothing due and must not write.
+	tasks, err := e.store.ListTasks(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.injectable(t, requestID, now) }) {
+		return nil, nil
+	}
+	var out []Reminder
+	err = e.store.Update(func(tx *storage.Tx) error {
+		out = nil
+		tasks, err := tx.Tasks(sessionID)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, t := range tasks {
+			if !e.injectable(t, requestID, now) {
+				continue
+			}
+			t.ReservedBy, t.ReservedAt = requestID, now.UnixMilli()
+			if err := tx.PutTask(t); err != nil {
+				return err
+			}
+			ids = append(ids, t.TaskID)
+			out = append(out, Reminder{
+				TaskID: t.TaskID, SessionID: t.SessionID, Task: t.Task, Tool: t.Tool,
+				Arguments: t.Arguments, Repeat: t.Repeat, DueAt: e.dueTime(t),
+			})
+		}
+		r, ok, err := tx.Reservation(requestID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			r = storage.Reservation{RequestID: requestID, SessionID: sessionID}
+		}
+		for _, id := range ids {
+			if !slices.Contains(r.TaskIDs, id) {
+				r.TaskIDs = append(r.TaskIDs, id)
+			}
+		}
+		r.ReservedAt = now.UnixMilli()
+		return tx.PutReservation(r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (e *Engine) injectable(t storage.ClockTask, requestID string, now time.Time) bool {
+	return e.isDue(t, now) && !e.isExpired(t, now) && t.DeliveredAt == 0 &&
+		!blockedFor(t, requestID) && !e.reservedByOther(t, requestID, now)
+}
+
+// Commit records delivery of everything requestID reserved (SPEC §6: when
+// the response starts to reach the client): deliveredAt, deliveryCount+1,
+// and repeating tasks re-arm to their next occurrence unless maxRuns is
+// reached. It returns how many tasks it committed; an unknown request id
+// commits nothing.
+func (e *Engine) Commit(ctx context.Context, requestID string) (int, error) {
+	now := e.now()
+	return e.finish(requestID, func(t *storage.ClockTask) {
+		t.DeliveredAt, t.LastDeliveredAt = now.UnixMilli(), now.UnixMilli()
+		t.DeliveryCount++
+		t.ReservedBy, t.ReservedAt = "", 0
+		t.UpdatedAt = now.UnixMilli()
+		if t.Repeat == "" {
+			return
+		}
+		t.Runs++
+		if exhausted(*t) {
+			return // stays delivered until it expires
+		}
+		if e.rearm(t, now) {
+			// The committing chain must not get the next occurrence at once.
+			e.stampIfInWindow(t, requestID, now)
+		}
+	})
+}
+
+// Rollback releases everything requestID reserved, unchanged otherwise
+// (upstream failure, client gone before the response started).
+func (e *Engine) Rollback(ctx context.Context, requestID string) (int, error) {
+	return e.finish(requestID, func(t *storage.ClockTask) {
+		t.ReservedBy, t.ReservedAt = "", 0
+	})
+}
+
+// finish applies fn to every task still reserved by requestID and drops the
+// reservation record, in one transaction.
+func (e *Engine) finish(requestID string, fn func(*storage.ClockTask)) (int, error) {
+	if requestID == "" {
+		return 0, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	err := e.store.Update(func(tx *storage.Tx) error {
+		n = 0
+		r, ok, err := tx.Reservation(requestID)
+		if err != nil || !ok {
+			return err
+		}
+		for _, id := range r.TaskIDs {
+			t, ok, err := tx.Task(r.SessionID, id)
+			if err != nil {
+				return err
+			}
+			// A reservation that timed out may have passed to another request.
+			if !ok || t.ReservedBy != requestID {
+				continue
+			}
+			fn(&t)
+			if err := tx.PutTask(t); err != nil {
+				return err
+			}
+			n++
+		}
+		_, err = tx.DeleteReservation(requestID)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// ReminderFooter ends every injected reminder item (SPEC §6).
+const ReminderFooter = "You may call tools to do these tasks."
+
+// RenderReminders is the exact user text injected for due tasks (SPEC §6):
+// one line per task, `[scheduled task:"<task>"]`, then the suggested tool
+// and arguments when present, and a final line saying tools may be used.
+// It returns "" for no reminders.
+func RenderReminders(rs []Reminder) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(`[scheduled task:"`)
+		b.WriteString(escapeLine(r.Task))
+		b.WriteString(`"]`)
+		if r.Tool != "" {
+			b.WriteString(" suggested tool: ")
+			b.WriteString(oneLine(r.Tool))
+			if r.Arguments != "" && r.Arguments != "{}" {
+				b.WriteString(" arguments: ")
+				b.WriteString(oneLine(r.Arguments))
+			}
+		} else if r.Arguments != "" && r.Arguments != "{}" {
+			b.WriteString(" suggested arguments: ")
+			b.WriteString(oneLine(r.Arguments))
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString(ReminderFooter)
+	return b.String()
+}
+
+// escapeLine keeps a value on one line and inside its quotes.
+var lineEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`)
+
+func escapeLine(s string) string { return lineEscaper.Replace(s) }
+
+// oneLine flattens a tool name or compact JSON that is shown unquoted.
+var newlineFlattener = strings.NewReplacer("\n", " ", "\r", " ")
+
+func oneLine(s string) string { return newlineFlattener.Replace(s) }

@@ -1,0 +1,27 @@
+// Package benchwork is the filter's request-path edit as one function, so
+// the same work can be benchmarked natively and inside a wasm module under
+// wazero (issue: wasm/native ratio of the protocol layer).
+package benchwork
+
+import "github.com/chimehq/chime/llm"
+
+// TimeTag is a representative SPEC §5 time tag.
+const TimeTag = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`"
+
+// Edit performs what the filter does to a Chat request: parse, read
+// directives, strip every tag, append the time tag and inject the clock tool.
+func Edit(body []byte) ([]byte, error) {
+	r, err := llm.ParseRequest(llm.Chat, body)
+	if err != nil {
+		return nil, err
+	}
+	r.Directives()
+	r.StripDirectives()
+	if err := r.AppendUserText(TimeTag); err != nil {
+		return nil, err
+	}
+	if err := r.InjectTools([]llm.ToolSpec{llm.ClockToolSpec()}); err != nil {
+		return nil, err
+	}
+	return r.Bytes(), nil
+}

@@ -1,0 +1,107 @@
+package benchwork
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/chimehq/chime/llm"
+)
+
+// wasmEditor runs the guest module under wazero.
+type wasmEditor struct {
+	rt          wazero.Runtime
+	mod         api.Module
+	alloc, edit api.Function
+}
+
+func newWasmEditor(tb testing.TB) *wasmEditor {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), "guest.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./guest")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("building guest: %v\n%s", err, b)
+	}
+	code, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	mod, err := rt.InstantiateWithConfig(ctx, code, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { rt.Close(ctx) })
+	return &wasmEditor{rt: rt, mod: mod, alloc: mod.ExportedFunction("alloc"), edit: mod.ExportedFunction("edit")}
+}
+
+func (w *wasmEditor) Edit(tb testing.TB, body []byte) int {
+	ctx := context.Background()
+	res, err := w.alloc.Call(ctx, uint64(len(body)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !w.mod.Memory().Write(uint32(res[0]), body) {
+		tb.Fatal("body does not fit guest memory")
+	}
+	res, err = w.edit.Call(ctx, res[0], uint64(len(body)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return int(res[0])
+}
+
+// TestWasmEditMatchesNative guards the benchmark: the guest must do the same
+// work as native code, or the ratio means nothing.
+func TestWasmEditMatchesNative(t *testing.T) {
+	body := llm.SampleChatBody(64 << 10)
+	native, err := Edit(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := newWasmEditor(t).Edit(t, body); got != len(native) || got <= len(body)-200 {
+		t.Fatalf("wasm edit produced %d bytes, native %d (input %d)", got, len(native), len(body))
+	}
+}
+
+// BenchmarkEdit1MBWasmVsNative runs the 1 MB edit natively, inside wasm and
+// as a plain copy, interleaved in one run, and reports each in MB/s with
+// the ratios wasm/native and native/copy.
+func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
+	body := llm.SampleChatBody(1 << 20)
+	w := newWasmEditor(b)
+	mb := float64(len(body)) / 1e6
+	var native, wasm, copying time.Duration
+	var sink []byte
+	for b.Loop() {
+		t0 := time.Now()
+		out, err := Edit(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if w.Edit(b, body) != len(out) {
+			b.Fatal("wasm and native edits differ")
+		}
+		t2 := time.Now()
+		sink = append(sink[:0], body...)
+		t3 := time.Now()
+		native, wasm, copying = native+t1.Sub(t0), wasm+t2.Sub(t1), copying+t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(mb*n/native.Seconds(), "native-MB/s")
+	b.ReportMetric(mb*n/wasm.Seconds(), "wasm-MB/s")
+	b.ReportMetric(mb*n/copying.Seconds(), "copy-MB/s")
+	b.ReportMetric(native.Seconds()/wasm.Seconds(), "wasm/native")
+	b.ReportMetric(copying.Seconds()/native.Seconds(), "native/copy")
+}

@@ -1,0 +1,34 @@
+//go:build wasip1
+
+// Command guest exposes benchwork.Edit to a wasm host: the host writes a
+// body into memory from alloc, calls edit, and gets the output length.
+package main
+
+import (
+	"unsafe"
+
+	"github.com/chimehq/chime/llm/internal/benchwork"
+)
+
+func main() {}
+
+// keep holds the last input so the GC never frees memory the host writes.
+var keep []byte
+
+//go:wasmexport alloc
+func alloc(size uint32) unsafe.Pointer {
+	keep = make([]byte, size)
+	return unsafe.Pointer(unsafe.SliceData(keep))
+}
+
+// edit returns the edited length, or 0 on a parse error.
+//
+//go:wasmexport edit
+func edit(ptr unsafe.Pointer, size uint32) uint32 {
+	in := unsafe.Slice((*byte)(ptr), size)
+	out, err := benchwork.Edit(in)
+	if err != nil {
+		return 0
+	}
+	return uint32(len(out))
+}

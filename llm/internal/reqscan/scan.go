@@ -1,0 +1,446 @@
+// Package reqscan is a small allocation-free JSON scanner for request
+// bodies (SPEC §2 "Body edits"). It validates a document once and then
+// walks it by byte offsets, so that callers can splice edits into the
+// original bytes instead of decoding and re-encoding the whole body.
+//
+// Offsets are always into the caller's slice. Walk functions assume the
+// document already passed Valid; on malformed input they stop early
+// rather than panic.
+package reqscan
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// MaxDepth is the deepest nesting Valid accepts, matching encoding/json.
+const MaxDepth = 10000
+
+// strStop marks the bytes that end a fast run inside a JSON string.
+var strStop = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'] = true
+	t['\\'] = true
+	return t
+}()
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// SkipSpace returns the index of the first non-whitespace byte at or after i.
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// Valid reports whether b holds exactly one RFC 8259 JSON value, with
+// optional surrounding whitespace. Like encoding/json it does not check
+// UTF-8 validity and rejects nesting deeper than MaxDepth.
+func Valid(b []byte) bool {
+	v := validator{b: b}
+	i := v.value(SkipSpace(b, 0), 0)
+	return i >= 0 && SkipSpace(b, i) == len(b)
+}
+
+type validator struct{ b []byte }
+
+// value validates the value at i and returns the index after it, or -1.
+func (v *validator) value(i, depth int) int {
+	b := v.b
+	if i >= len(b) {
+		return -1
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return v.str(i)
+	case c == '{':
+		if depth >= MaxDepth {
+			return -1
+		}
+		i = SkipSpace(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return -1
+			}
+			if i = v.str(i); i < 0 {
+				return -1
+			}
+			i = SkipSpace(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return -1
+			}
+			if i = v.value(SkipSpace(b, i+1), depth+1); i < 0 {
+				return -1
+			}
+			i = SkipSpace(b, i)
+			if i >= len(b) {
+				return -1
+			}
+			if b[i] == '}' {
+				return i + 1
+			}
+			if b[i] != ',' {
+				return -1
+			}
+			i = SkipSpace(b, i+1)
+		}
+	case c == '[':
+		if depth >= MaxDepth {
+			return -1
+		}
+		i = SkipSpace(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1
+		}
+		for {
+			if i = v.value(i, depth+1); i < 0 {
+				return -1
+			}
+			i = SkipSpace(b, i)
+			if i >= len(b) {
+				return -1
+			}
+			if b[i] == ']' {
+				return i + 1
+			}
+			if b[i] != ',' {
+				return -1
+			}
+			i = SkipSpace(b, i+1)
+		}
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return number(b, i)
+	}
+	return -1
+}
+
+func literal(b []byte, i int, lit string) int {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit)
+	}
+	return -1
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func number(b []byte, i int) int {
+	if b[i] == '-' {
+		i++
+	}
+	if i >= len(b) || !isDigit(b[i]) {
+		return -1
+	}
+	if b[i] == '0' {
+		i++
+	} else {
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return -1
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return -1
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	return i
+}
+
+func isHex(c byte) bool {
+	return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// str validates the string starting at b[i]=='"'.
+func (v *validator) str(i int) int {
+	b := v.b
+	i++
+	for {
+		i = plainRun(b, i)
+		for i < len(b) && !strStop[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return -1
+		}
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			if i+1 >= len(b) {
+				return -1
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return -1
+				}
+				i += 6
+			default:
+				return -1
+			}
+		default: // control character
+			return -1
+		}
+	}
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// plainRun skips 8 bytes at a time while none of them is a quote, a
+// backslash or a control character (SWAR; wasm has no SIMD IndexByte).
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (lsb * '"')
+		bs := x ^ (lsb * '\\')
+		if ((q-lsb)&^q|(bs-lsb)&^bs|(x-lsb*0x20)&^x)&msb != 0 {
+			break
+		}
+	}
+	return i
+}
+
+// quoteRun skips 8 bytes at a time while none of them is a quote.
+func quoteRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:]) ^ (lsb * '"')
+		if (x-lsb)&^x&msb != 0 {
+			break
+		}
+	}
+	return i
+}
+
+// StringEnd returns the index just after the string that starts at
+// b[i]=='"', or -1. It uses IndexByte, so long strings scan fast.
+func StringEnd(b []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return -1
+		}
+		i += j
+		bs := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			bs++
+		}
+		i++
+		if bs%2 == 0 {
+			return i
+		}
+	}
+}
+
+// SkipValue returns the index just after the value at b[i] (which must not
+// be whitespace), or -1 if it is malformed or truncated.
+func SkipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return StringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				if i = StringEnd(b, i); i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	}
+	// number or literal: runs until a delimiter.
+	j := i
+	for j < len(b) {
+		c := b[j]
+		if c == ',' || c == '}' || c == ']' || isSpace(c) {
+			break
+		}
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+// Members calls fn for each member of the object at b[i]=='{' with the raw
+// key bytes (inside the quotes, still escaped) and the value span
+// [vs, ve). fn returns false to stop. Members returns the index just after
+// the object, or -1 if it stopped early or the object is malformed.
+func Members(b []byte, i int, fn func(key []byte, vs, ve int) bool) int {
+	return WalkMembers(b, i, func(key []byte, vs int) int {
+		ve := SkipValue(b, vs)
+		if ve < 0 || !fn(key, vs, ve) {
+			return -1
+		}
+		return ve
+	})
+}
+
+// WalkMembers is Members for callers that read a value while passing over
+// it: fn gets the value's start and returns its end, or -1 to stop. This
+// saves a second pass over large values.
+func WalkMembers(b []byte, i int, fn func(key []byte, vs int) (ve int)) int {
+	return walkMembers(b, i, StringEnd, fn)
+}
+
+// CheckMembers is WalkMembers that also validates the keys. Together with
+// CheckElements and CheckValue it lets a caller validate a document and
+// index it in one pass; fn must pass over values with CheckValue.
+func CheckMembers(b []byte, i int, fn func(key []byte, vs int) (ve int)) int {
+	return walkMembers(b, i, func(b []byte, i int) int { return (&validator{b: b}).str(i) }, fn)
+}
+
+// CheckValue validates the value at b[i], nested depth levels deep, and
+// returns the index after it, or -1.
+func CheckValue(b []byte, i, depth int) int {
+	return (&validator{b: b}).value(i, depth)
+}
+
+func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []byte, vs int) (ve int)) int {
+	if i >= len(b) || b[i] != '{' {
+		return -1
+	}
+	i = SkipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for i < len(b) && b[i] == '"' {
+		ke := strEnd(b, i)
+		if ke < 0 {
+			return -1
+		}
+		key := b[i+1 : ke-1]
+		i = SkipSpace(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return -1
+		}
+		ve := fn(key, SkipSpace(b, i+1))
+		if ve < 0 {
+			return -1
+		}
+		i = SkipSpace(b, ve)
+		if i >= len(b) {
+			return -1
+		}
+		if b[i] == '}' {
+			return i + 1
+		}
+		if b[i] != ',' {
+			return -1
+		}
+		i = SkipSpace(b, i+1)
+	}
+	return -1
+}
+
+// Elements calls fn for each element span [vs, ve) of the array at
+// b[i]=='['. It returns like Members.
+func Elements(b []byte, i int, fn func(vs, ve int) bool) int {
+	return WalkElements(b, i, func(vs int) int {
+		ve := SkipValue(b, vs)
+		if ve < 0 || !fn(vs, ve) {
+			return -1
+		}
+		return ve
+	})
+}
+
+// WalkElements is Elements with WalkMembers' contract for fn. It checks
+// the array's own syntax, so with CheckValue it validates too.
+func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
+	if i >= len(b) || b[i] != '[' {
+		return -1
+	}
+	i = SkipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1
+	}
+	for i < len(b) {
+		ve := fn(i)
+		if ve < 0 {
+			return -1
+		}
+		i = SkipSpace(b, ve)
+		if i >= len(b) {
+			return -1
+		}
+		if b[i] == ']' {
+			return i + 1
+		}
+		if b[i] != ',' {
+			return -1
+		}
+		i = SkipSpace(b, i+1)
+	}
+	return -1
+}
+
+// KeyIs reports whether the raw (still escaped) key equals name.
+func KeyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key) == name
+	}
+	s, ok := unescape(key)
+	return ok && s == name
+}
+
+// Member returns the value span of the last member named name in the
+// object at b[i], or (-1, -1). The last one wins, as in encoding/json and
+// most provider stacks, so an edit applies to the value the provider reads.
+func Member(b []byte, i int, name string) (vs, ve int) {
+	vs, ve = -1, -1
+	Members(b, i, func(key []byte, s, e int) bool {
+		if KeyIs(key, name) {
+			vs, ve = s, e
+		}
+		return true
+	})
+	return vs, ve
+}

@@ -1,0 +1,385 @@
+package llm
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/chimehq/chime/llm/internal/reqscan"
+)
+
+// Request is a byte-level view and editor of one request body in one of
+// the three protocols (SPEC §1 request path, §2).
+//
+// ParseRequest validates and indexes the body once. Edits are recorded as
+// splices against the original bytes and applied in a single copy by
+// Bytes, so every byte outside an edit stays identical and a 1–2 MB body
+// is never decoded as a whole. The original slice is never written to.
+//
+// A Request is not safe for concurrent use.
+type Request struct {
+	proto Protocol
+	body  []byte
+
+	topInsert int  // where new top-level members go: after the last member
+	topEmpty  bool // the top-level object has no members
+
+	model, stream, messages, input, tools, metadata, promptCacheKey span
+
+	// msgs lists messages[] (Chat, Messages) or input[] items (Responses).
+	// A Responses string input is one pseudo user message whose content
+	// is the input string itself.
+	msgs        []message
+	listInsert  int // where a new message goes inside messages[] / input[]
+	listEmpty   bool
+	inputString bool
+
+	edits []edit
+	out   []byte // cached result of Bytes
+	dirty bool
+
+	scanned  bool
+	dirs     []Directive
+	strip    []edit // edits StripDirectives will apply
+	removed  int
+	stripped bool
+
+	streamEdit  int // index into edits, or -1
+	streamVal   bool
+	inputEdit   int // Responses: the edit holding a rebuilt input array
+	newUserEdit int // Messages: the user message AppendUserText created
+	toolsEdit   int // the edit holding a whole new tools array
+	toolList    []namedTool
+	injected    map[string]int // tool name → edit index; -1 for toolList
+}
+
+// span is a value's byte range [s, e) in the original body; s < 0 when absent.
+type span struct{ s, e int }
+
+var noSpan = span{-1, -1}
+
+func (p span) ok() bool { return p.s >= 0 }
+
+type message struct {
+	span
+	user    bool
+	content span
+}
+
+// edit replaces body[start:end] with pre+repl. When tail > 0, repl ends
+// with tail bytes that close an array new items may be added to.
+type edit struct {
+	start, end  int
+	pre         string
+	repl        []byte
+	tail        int
+	placeholder bool // repl is StrippedPlaceholder standing in for emptied text
+}
+
+type namedTool struct {
+	name string
+	body []byte
+}
+
+// Errors ParseRequest returns; the filter forwards such bodies unmodified
+// (SPEC §14).
+var (
+	ErrMalformedJSON = errors.New("llm: malformed JSON body")
+	ErrBodyShape     = errors.New("llm: request body has the wrong shape")
+)
+
+// ParseRequest validates body and indexes it for protocol p. It returns
+// ErrMalformedJSON for invalid JSON and an error wrapping ErrBodyShape if
+// the top level is not an object or the message list has the wrong type.
+// body must not be modified while the Request is in use.
+func ParseRequest(p Protocol, body []byte) (*Request, error) {
+	if p != Chat && p != Responses && p != Messages {
+		return nil, fmt.Errorf("%w: unsupported protocol %v", ErrBodyShape, p)
+	}
+	r := &Request{
+		proto: p, body: body,
+		model: noSpan, stream: noSpan, messages: noSpan, input: noSpan,
+		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan,
+		streamEdit: -1, inputEdit: -1, newUserEdit: -1, toolsEdit: -1,
+	}
+	// Validation and indexing share one pass over the body.
+	top := reqscan.SkipSpace(body, 0)
+	if top >= len(body) || body[top] != '{' {
+		if reqscan.Valid(body) {
+			return nil, fmt.Errorf("%w: top level is not an object", ErrBodyShape)
+		}
+		return nil, ErrMalformedJSON
+	}
+	r.topInsert, r.topEmpty = top+1, true
+	listKey := "messages"
+	if p == Responses {
+		listKey = "input"
+	}
+	end := reqscan.CheckMembers(body, top, func(key []byte, vs int) int {
+		var ve int
+		name := reqscan.KeyName(key)
+		if string(name) == listKey {
+			ve = r.indexList(vs)
+		} else {
+			ve = reqscan.CheckValue(body, vs, 1)
+		}
+		if ve < 0 {
+			return -1
+		}
+		r.topInsert, r.topEmpty = ve, false
+		sp := span{vs, ve}
+		switch string(name) { // the last duplicate wins, as providers decode
+		case "model":
+			r.model = sp
+		case "stream":
+			r.stream = sp
+		case "messages":
+			r.messages = sp
+		case "input":
+			r.input = sp
+		case "tools":
+			r.tools = sp
+		case "metadata":
+			r.metadata = sp
+		case "prompt_cache_key":
+			r.promptCacheKey = sp
+		}
+		return ve
+	})
+	if end < 0 || reqscan.SkipSpace(body, end) != len(body) {
+		return nil, ErrMalformedJSON
+	}
+	list, what := r.messages, "messages"
+	if p == Responses {
+		list, what = r.input, "input"
+		if !list.ok() || body[list.s] == 'n' || body[list.s] == '"' { // absent, null or a string
+			return r, nil
+		}
+	}
+	if !list.ok() || body[list.s] != '[' {
+		return nil, fmt.Errorf("%w: %s is not an array", ErrBodyShape, what)
+	}
+	return r, nil
+}
+
+// indexList validates the list value at vs (messages, or Responses
+// input), records its messages, and returns the value's end or -1.
+func (r *Request) indexList(vs int) int {
+	b := r.body
+	r.msgs, r.inputString = r.msgs[:0], false
+	if vs >= len(b) {
+		return -1
+	}
+	switch b[vs] {
+	case '"':
+		ve := reqscan.CheckValue(b, vs, 1)
+		r.inputString = true
+		r.msgs = append(r.msgs, message{span: span{vs, ve}, user: true, content: span{vs, ve}})
+		return ve
+	case '[':
+	default:
+		return reqscan.CheckValue(b, vs, 1)
+	}
+	r.listInsert, r.listEmpty = vs+1, true
+	return reqscan.WalkElements(b, vs, func(es int) int {
+		m := message{span: span{es, -1}, content: noSpan}
+		if es < len(b) && b[es] == '{' {
+			m.e = reqscan.CheckMembers(b, es, func(key []byte, s int) int {
+				e := reqscan.CheckValue(b, s, 3)
+				if e < 0 {
+					return -1
+				}
+				switch {
+				case reqscan.KeyIs(key, "role"):
+					m.user = stringIs(b[s:e], "user")
+				case reqscan.KeyIs(key, "content"):
+					m.content = span{s, e}
+				}
+				return e
+			})
+		} else {
+			m.e = reqscan.CheckValue(b, es, 2)
+		}
+		if m.e < 0 {
+			return -1
+		}
+		r.listInsert, r.listEmpty = m.e, false
+		r.msgs = append(r.msgs, m)
+		return m.e
+	})
+}
+
+// stringIs reports whether raw is a JSON string literal decoding to want.
+func stringIs(raw []byte, want string) bool {
+	if len(raw) == len(want)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == want {
+		return true
+	}
+	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	s, ok := reqscan.Unquote(raw)
+	return ok && s == want
+}
+
+// stringAt decodes the JSON string at sp, or "" if it is absent or not a string.
+func (r *Request) stringAt(sp span) string {
+	if !sp.ok() || r.body[sp.s] != '"' {
+		return ""
+	}
+	s, _ := reqscan.Unquote(r.body[sp.s:sp.e])
+	return s
+}
+
+// Protocol returns the protocol the request was parsed as.
+func (r *Request) Protocol() Protocol { return r.proto }
+
+// Model returns the top-level "model" string, or "".
+func (r *Request) Model() string { return r.stringAt(r.model) }
+
+// Stream reports whether the request asks for SSE ("stream": true),
+// including a change made by SetStream.
+func (r *Request) Stream() bool {
+	if r.streamEdit >= 0 {
+		return r.streamVal
+	}
+	return r.stream.ok() && string(r.body[r.stream.s:r.stream.e]) == "true"
+}
+
+// SetStream sets "stream" to v, adding the member if it is absent.
+func (r *Request) SetStream(v bool) {
+	val := "false"
+	if v {
+		val = "true"
+	}
+	switch {
+	case r.streamEdit >= 0:
+		e := &r.edits[r.streamEdit]
+		if r.stream.ok() {
+			e.repl = []byte(val)
+		} else {
+			e.repl = []byte(`"stream":` + val)
+		}
+	case r.stream.ok():
+		r.streamEdit = r.addEdit(edit{start: r.stream.s, end: r.stream.e, repl: []byte(val)})
+	default:
+		r.streamEdit = r.insertMember([]byte(`"stream":`+val), 0)
+	}
+	r.streamVal = v
+	r.dirty = true
+}
+
+// Edited reports whether any edit has been made.
+func (r *Request) Edited() bool { return len(r.edits) > 0 }
+
+// Bytes returns the body with every edit applied. Without edits it
+// returns the original slice; otherwise a new one, cached until the next
+// edit. Callers must not modify the result.
+func (r *Request) Bytes() []byte {
+	if len(r.edits) == 0 {
+		return r.body
+	}
+	if !r.dirty && r.out != nil {
+		return r.out
+	}
+	order := make([]int, len(r.edits))
+	size := len(r.body)
+	for i, e := range r.edits {
+		order[i] = i
+		size += len(e.pre) + len(e.repl) - (e.end - e.start)
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		ea, eb := &r.edits[a], &r.edits[b]
+		if c := cmp.Compare(ea.start, eb.start); c != 0 {
+			return c
+		}
+		return cmp.Compare(ea.end, eb.end)
+	})
+	out := make([]byte, 0, size)
+	at := 0
+	for _, i := range order {
+		e := &r.edits[i]
+		if e.start < at { // overlapping edits cannot be built; keep the first
+			continue
+		}
+		out = append(out, r.body[at:e.start]...)
+		out = append(out, e.pre...)
+		out = append(out, e.repl...)
+		at = e.end
+	}
+	out = append(out, r.body[at:]...)
+	r.out, r.dirty = out, false
+	return out
+}
+
+func (r *Request) addEdit(e edit) int {
+	r.edits = append(r.edits, e)
+	r.dirty = true
+	return len(r.edits) - 1
+}
+
+// editAt returns the index of the edit replacing exactly sp, or -1.
+func (r *Request) editAt(sp span) int {
+	for i := range r.edits {
+		if r.edits[i].start == sp.s && r.edits[i].end == sp.e {
+			return i
+		}
+	}
+	return -1
+}
+
+// insertAt inserts item at pos inside a container, with a leading comma
+// unless the container was empty and nothing was inserted there yet.
+func (r *Request) insertAt(pos int, empty bool, item []byte, tail int) int {
+	pre := ","
+	if empty {
+		pre = ""
+		for i := range r.edits {
+			if r.edits[i].start == pos && r.edits[i].end == pos {
+				pre = ","
+				break
+			}
+		}
+	}
+	return r.addEdit(edit{start: pos, end: pos, pre: pre, repl: item, tail: tail})
+}
+
+// insertMember adds a `"key":value` member to the top-level object.
+func (r *Request) insertMember(member []byte, tail int) int {
+	return r.insertAt(r.topInsert, r.topEmpty, member, tail)
+}
+
+// appendInto adds item to the open array at the end of edit ei's repl.
+func (r *Request) appendInto(ei int, item []byte) {
+	e := &r.edits[ei]
+	pos := len(e.repl) - e.tail
+	var b []byte
+	b = append(b, e.repl[:pos]...)
+	if pos > 0 && e.repl[pos-1] != '[' {
+		b = append(b, ',')
+	}
+	b = append(b, item...)
+	b = append(b, e.repl[pos:]...)
+	e.repl = b
+	r.dirty = true
+}
+
+// arrayEnd returns where a new element goes in the array at sp and
+// whether the array is empty.
+func (r *Request) arrayEnd(sp span) (pos int, empty bool) {
+	pos, empty = sp.s+1, true
+	reqscan.Elements(r.body, sp.s, func(vs, ve int) bool {
+		pos, empty = ve, false
+		return true
+	})
+	return pos, empty
+}
+
+// current returns the bytes that will stand at sp: an edit's replacement
+// if one covers exactly sp, else the original bytes.
+func (r *Request) current(sp span) (raw []byte, ei int) {
+	if ei = r.editAt(sp); ei >= 0 {
+		return r.edits[ei].repl, ei
+	}
+	return r.body[sp.s:sp.e], -1
+}

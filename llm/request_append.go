@@ -1,0 +1,145 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/chimehq/chime/llm/internal/reqscan"
+)
+
+// ErrEmptyText is returned by AppendUserText for empty text, which
+// Anthropic rejects and no protocol needs.
+var ErrEmptyText = errors.New("llm: appended user text is empty")
+
+// AppendUserText adds text as user input at the end of the conversation,
+// in the shape SPEC §2 gives each protocol:
+//   - Chat: a new {"role":"user","content":text} message.
+//   - Responses: a new user message item with one input_text part. A
+//     string input first becomes the item list form, its text as the
+//     first item (dropped if stripping left it empty); a missing or null
+//     input becomes a list.
+//   - Messages: a text block at the end of the final message if it is a
+//     user message, after any tool_result blocks (string content becomes a
+//     block list, and a StrippedPlaceholder block is replaced by text);
+//     otherwise a new user message.
+//
+// Several calls append in call order.
+func (r *Request) AppendUserText(text string) error {
+	if text == "" {
+		return ErrEmptyText
+	}
+	switch r.proto {
+	case Chat:
+		msg := append([]byte(`{"role":"user","content":`), reqscan.AppendQuote(nil, text)...)
+		msg = append(msg, '}')
+		r.insertAt(r.listInsert, r.listEmpty, msg, 0)
+		return nil
+	case Responses:
+		return r.appendResponses(text)
+	case Messages:
+		return r.appendMessages(text)
+	}
+	return fmt.Errorf("%w: unsupported protocol %v", ErrBodyShape, r.proto)
+}
+
+// inputItem renders a Responses user message item around a quoted string.
+func inputItem(quoted []byte) []byte {
+	b := append([]byte(`{"type":"message","role":"user","content":[{"type":"input_text","text":`), quoted...)
+	return append(b, "}]}"...)
+}
+
+// textBlock renders an Anthropic text block around a quoted string.
+func textBlock(quoted []byte) []byte {
+	b := append([]byte(`{"type":"text","text":`), quoted...)
+	return append(b, '}')
+}
+
+func (r *Request) appendResponses(text string) error {
+	item := inputItem(reqscan.AppendQuote(nil, text))
+	if r.inputEdit >= 0 {
+		r.appendInto(r.inputEdit, item)
+		return nil
+	}
+	switch {
+	case !r.input.ok():
+		r.inputEdit = r.insertMember(append(append([]byte(`"input":[`), item...), ']'), 1)
+	case r.inputString:
+		// The string may already carry a strip edit; build on its result.
+		cur, ei := r.current(r.input)
+		list := []byte{'['}
+		if string(cur) != `""` {
+			list = append(append(list, inputItem(cur)...), ',')
+		}
+		list = append(append(list, item...), ']')
+		if ei >= 0 {
+			r.edits[ei].repl, r.edits[ei].tail, r.edits[ei].placeholder = list, 1, false
+			r.inputEdit = ei
+			r.dirty = true
+		} else {
+			r.inputEdit = r.addEdit(edit{start: r.input.s, end: r.input.e, repl: list, tail: 1})
+		}
+	case r.body[r.input.s] == 'n': // null
+		r.inputEdit = r.addEdit(edit{start: r.input.s, end: r.input.e,
+			repl: append(append([]byte{'['}, item...), ']'), tail: 1})
+	default: // an array, checked by ParseRequest
+		r.insertAt(r.listInsert, r.listEmpty, item, 0)
+	}
+	return nil
+}
+
+func (r *Request) appendMessages(text string) error {
+	quoted := reqscan.AppendQuote(nil, text)
+	block := textBlock(quoted)
+	if r.newUserEdit >= 0 {
+		r.appendInto(r.newUserEdit, block)
+		return nil
+	}
+	if len(r.msgs) == 0 || !r.msgs[len(r.msgs)-1].user {
+		msg := append(append([]byte(`{"role":"user","content":[`), block...), "]}"...)
+		r.newUserEdit = r.insertAt(r.listInsert, r.listEmpty, msg, 2)
+		return nil
+	}
+	last := r.msgs[len(r.msgs)-1]
+	c := last.content
+	if !c.ok() {
+		return fmt.Errorf("%w: final user message has no content", ErrBodyShape)
+	}
+	if ei := r.editAt(c); ei >= 0 && r.edits[ei].tail > 0 { // already rebuilt as a list
+		r.appendInto(ei, block)
+		return nil
+	}
+	switch r.body[c.s] {
+	case '"':
+		cur, ei := r.current(c)
+		list := []byte{'['}
+		if ei < 0 || !r.edits[ei].placeholder {
+			if string(cur) != `""` {
+				list = append(append(list, textBlock(cur)...), ',')
+			}
+		}
+		list = append(append(list, block...), ']')
+		if ei >= 0 {
+			r.edits[ei].repl, r.edits[ei].tail, r.edits[ei].placeholder = list, 1, false
+			r.dirty = true
+		} else {
+			r.addEdit(edit{start: c.s, end: c.e, repl: list, tail: 1})
+		}
+	case '[':
+		// Text replaces a placeholder this message got from stripping.
+		for i := range r.edits {
+			e := &r.edits[i]
+			if e.placeholder && e.start > c.s && e.end < c.e {
+				e.repl, e.placeholder = quoted, false
+				r.dirty = true
+				return nil
+			}
+		}
+		pos, empty := r.arrayEnd(c)
+		r.insertAt(pos, empty, block, 0)
+	case 'n':
+		r.addEdit(edit{start: c.s, end: c.e, repl: append(append([]byte{'['}, block...), ']'), tail: 1})
+	default:
+		return fmt.Errorf("%w: final user message content is neither a string nor a list", ErrBodyShape)
+	}
+	return nil
+}

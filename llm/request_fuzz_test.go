@@ -1,0 +1,103 @@
+package llm
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// requestSeeds are the saved SDK captures plus hand-written odd shapes.
+func requestSeeds(f *testing.F) [][]byte {
+	files, _ := filepath.Glob(filepath.Join("testdata", "requests", "*.json"))
+	if len(files) == 0 {
+		f.Fatal("no seed bodies in testdata/requests")
+	}
+	var seeds [][]byte
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		seeds = append(seeds, b)
+	}
+	for _, s := range []string{
+		`{"messages":[]}`, `{"input":null}`, `{}`, `{"input":""}`, `[]`, `{"messages":{}}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"<**a**>"},{"type":"text","text":" <**b**>"}]}],"tools":null}`,
+		`{"messages":[{"role":"user","content":"<**x**>"},{"role":"assistant","content":"k"}],"tools":[],"stream":false}`,
+		`{"\u006dessages":[{"role":"\u0075ser","content":"a\u003c**route:r**\u003eb"}] , "messages" : [ {"role":"user","content":"<**clock:clear**>"} ] }`,
+		`{"messages":[1,"x",{"role":"user","content":null},{"role":"user"}],"input":[{"role":"user","content":"<**z**>"}]}`,
+	} {
+		seeds = append(seeds, []byte(s))
+	}
+	return seeds
+}
+
+func FuzzRequestEdit(f *testing.F) {
+	for _, b := range requestSeeds(f) {
+		for p := Chat; p <= Messages; p++ {
+			f.Add(uint8(p), b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, pb uint8, body []byte) {
+		p := Protocol(pb%3) + Chat
+		r, err := ParseRequest(p, body)
+		if errors.Is(err, ErrMalformedJSON) != !json.Valid(body) {
+			t.Fatalf("ParseRequest error %v but json.Valid=%v", err, json.Valid(body))
+		}
+		if err != nil {
+			return
+		}
+		userBefore, otherBefore := texts(t, p, body)
+		r.Directives()
+		r.StripDirectives()
+		const tag1, tag2 = "[Time/Date]: now", "second"
+		if err := r.AppendUserText(tag1); err != nil {
+			if !errors.Is(err, ErrBodyShape) {
+				t.Fatal(err)
+			}
+			return
+		}
+		must(t, r.AppendUserText(tag2))
+		if err := r.InjectTools([]ToolSpec{ClockToolSpec(), {Name: "exec", Description: "d"}}); err != nil && !errors.Is(err, ErrBodyShape) {
+			t.Fatal(err)
+		}
+		r.SetStream(!r.Stream())
+		out := r.Bytes()
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON out:\n%s\nfrom:\n%s", out, body)
+		}
+		again, err := ParseRequest(p, out)
+		if err != nil {
+			t.Fatalf("edited body does not re-parse: %v", err)
+		}
+		if n := again.StripDirectives(); n != 0 {
+			t.Fatalf("%d tags left after stripping:\n%s", n, out)
+		}
+		userAfter, otherAfter := texts(t, p, out)
+		if !utf8.Valid(body) {
+			return // encoding/json rewrites invalid UTF-8, so the oracle cannot compare
+		}
+		if !slices.Equal(otherBefore, otherAfter) {
+			t.Fatalf("non-user text changed: %q -> %q", otherBefore, otherAfter)
+		}
+		var want, got []string
+		for _, s := range userBefore {
+			if s, _ = StripDirectives(s); strings.TrimSpace(s) != "" {
+				want = append(want, s)
+			}
+		}
+		for _, s := range userAfter {
+			if strings.TrimSpace(s) != "" && s != StrippedPlaceholder && s != tag1 && s != tag2 {
+				got = append(got, s)
+			}
+		}
+		if !slices.Equal(want, got) {
+			t.Fatalf("user text: want %q, got %q\nout: %s", want, got, out)
+		}
+	})
+}

@@ -1,0 +1,143 @@
+package llm
+
+import (
+	"fmt"
+	"testing"
+)
+
+// filterSplice simulates the filter: it forwards the first limit events,
+// except that from the first call to a server tool onward, and every
+// must-hold event, it withholds. It returns what the client receives.
+func filterSplice(t testing.TB, p Protocol, original []byte, limit int, server []string, cont *Turn) []byte {
+	t.Helper()
+	evs := mustRead(t, p, original)
+	sp := NewSplicer(p)
+	var out []byte
+	withholding := false
+	for i, ev := range evs {
+		if ev.StartsToolCall(server) {
+			withholding = true
+		}
+		forward := i < limit && !withholding && !ev.MustHold()
+		if forward {
+			out = append(out, ev.Raw...)
+		}
+		sp.Add(ev, forward)
+	}
+	return append(out, sp.Continue(cont, RenderOptions{ChunkBytes: 4})...)
+}
+
+func TestSpliceServerToolCall(t *testing.T) {
+	orig := &Turn{ID: "orig-1", Model: "model-a", Text: "Let me check the time.",
+		ToolCalls: []ToolCall{{ID: "call_srv", Name: "clock", Arguments: `{"action":"get"}`}},
+		Finish:    Finish{Reason: FinishToolCalls}, Usage: Usage{InputTokens: 100, OutputTokens: 20}}
+	cont := &Turn{ID: "cont-1", Model: "model-b", Text: "It is 15:04 — right now.", Finish: Finish{Reason: FinishStop},
+		Usage: Usage{InputTokens: 130, OutputTokens: 10}}
+	want := Merge(orig, cont)
+	for _, p := range allProtocols {
+		stream := RenderSSE(p, orig, RenderOptions{ChunkBytes: 5, ChatUsage: true, Created: 1})
+		n := len(mustRead(t, p, stream))
+		for limit := 0; limit <= n; limit++ {
+			t.Run(fmt.Sprintf("%s/%d", p, limit), func(t *testing.T) {
+				client := filterSplice(t, p, stream, limit, []string{"clock"}, cont)
+				evs := mustRead(t, p, client)
+				checkFraming(t, p, evs)
+				got, _ := buildTurn(evs)
+				assertSameTurn(t, got, want)
+			})
+		}
+	}
+}
+
+func TestSpliceStopContinuation(t *testing.T) {
+	// stopMessage: the original stopped; the continuation adds text and a client call.
+	orig := &Turn{ID: "o", Model: "m", Text: "Step one done.\n", Finish: Finish{Reason: FinishStop}, Usage: Usage{10, 3}}
+	cont := &Turn{Text: "Now step two.", ToolCalls: []ToolCall{{ID: "c9", Name: "shell", Arguments: `{"cmd":"make test"}`}},
+		Finish: Finish{Reason: FinishToolCalls}, Usage: Usage{20, 6}}
+	want := Merge(orig, cont)
+	if want.Text != "Step one done.\nNow step two." {
+		t.Fatalf("merge text %q", want.Text)
+	}
+	for _, p := range allProtocols {
+		stream := RenderSSE(p, orig, RenderOptions{ChunkBytes: 3, ChatUsage: true})
+		n := len(mustRead(t, p, stream))
+		for limit := 0; limit <= n; limit++ {
+			client := filterSplice(t, p, stream, limit, nil, cont)
+			evs := mustRead(t, p, client)
+			checkFraming(t, p, evs)
+			got, _ := buildTurn(evs)
+			assertSameTurn(t, got, want)
+		}
+	}
+}
+
+func TestSpliceMixedCalls(t *testing.T) {
+	// A client call precedes the server call: the client already saw it, so
+	// the continuation's calls are numbered after it.
+	orig := &Turn{ID: "o", Model: "m", Text: "Working.", ToolCalls: []ToolCall{
+		{ID: "c_read", Name: "read_file", Arguments: `{"path":"a.go"}`},
+		{ID: "c_clock", Name: "clock", Arguments: `{"action":"get"}`},
+	}, Finish: Finish{Reason: FinishToolCalls}, Usage: Usage{5, 5}}
+	cont := &Turn{ToolCalls: []ToolCall{{ID: "c_shell", Name: "shell", Arguments: `{"cmd":"date"}`}},
+		Finish: Finish{Reason: FinishToolCalls}, Usage: Usage{7, 2}}
+	for _, p := range allProtocols {
+		stream := RenderSSE(p, orig, RenderOptions{ChatUsage: true})
+		client := filterSplice(t, p, stream, 1<<30, []string{"clock"}, cont)
+		evs := mustRead(t, p, client)
+		checkFraming(t, p, evs)
+		got, _ := buildTurn(evs)
+		want := &Turn{ID: "o", Model: "m", Text: "Working.", ToolCalls: []ToolCall{orig.ToolCalls[0], cont.ToolCalls[0]},
+			Finish: Finish{Reason: FinishToolCalls}, Usage: Usage{12, 7}}
+		assertSameTurn(t, got, want)
+		for _, c := range got.ToolCalls {
+			if c.Name == "clock" {
+				t.Errorf("%s: the client saw a server tool call", p)
+			}
+		}
+	}
+}
+
+func TestSpliceSamples(t *testing.T) {
+	// Real-looking provider streams, including a Chat chunk that carries the
+	// last text together with finish_reason (withheld, so re-emitted).
+	cont := &Turn{Text: "More.", Finish: Finish{Reason: FinishStop}, Usage: Usage{1, 1}}
+	for name, s := range samples(t, "*.sse") {
+		p := sampleProtocol(t, name)
+		orig := decodeTurn(t, s[1])
+		server := []string{"clock"}
+		client := filterSplice(t, p, s[0], 1<<30, server, cont)
+		evs := mustRead(t, p, client)
+		checkFraming(t, p, evs)
+		got, _ := buildTurn(evs)
+		want := Merge(orig, cont)
+		want.ToolCalls = append(orig.ClientCalls(server), cont.ToolCalls...)
+		if p == Chat && name == "chat_tools.sse" {
+			// read_file streams after clock, so it was withheld with it.
+			want.ToolCalls = nil
+		}
+		assertSameTurn(t, got, want)
+	}
+}
+
+func TestSpliceOpenItems(t *testing.T) {
+	// The filter stopped forwarding in the middle of a block or item: the
+	// splicer closes it with what the client saw and re-emits the rest.
+	orig := &Turn{ID: "o", Model: "m", Text: "abcdefghijklmnopqrstuvwxyz", Finish: Finish{Reason: FinishStop}, Usage: Usage{1, 2}}
+	cont := &Turn{Text: "Z", Finish: Finish{Reason: FinishLength}, Usage: Usage{3, 4}}
+	for _, p := range []Protocol{Responses, Messages} {
+		stream := RenderSSE(p, orig, RenderOptions{ChunkBytes: 4})
+		evs := mustRead(t, p, stream)
+		limit := 0
+		for i, ev := range evs {
+			if ev.Kind.Has(KindTextDelta) {
+				limit = i + 2 // two deltas forwarded, the rest withheld
+				break
+			}
+		}
+		client := filterSplice(t, p, stream, limit, nil, cont)
+		got := mustRead(t, p, client)
+		checkFraming(t, p, got)
+		turn, _ := buildTurn(got)
+		assertSameTurn(t, turn, Merge(orig, cont))
+	}
+}

@@ -1,0 +1,247 @@
+package llm
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+)
+
+// classifyState is what a reader remembers across events to give each event
+// its full meaning: whether the turn has started and the usage so far.
+type classifyState struct {
+	started bool
+	usage   Usage
+}
+
+// classify fills ev's canonical meaning from its Data. Data that is not JSON
+// leaves the event KindOther, to be forwarded untouched.
+func (s *classifyState) classify(p Protocol, ev *Event) {
+	if p == Chat && bytes.Equal(bytes.TrimSpace(ev.Data), []byte("[DONE]")) {
+		ev.Type = "[DONE]"
+		ev.Kind = KindTerminal
+		return
+	}
+	if !gjson.ValidBytes(ev.Data) {
+		ev.Type = ev.Name
+		return
+	}
+	root := gjson.ParseBytes(ev.Data)
+	if !root.IsObject() {
+		ev.Type = ev.Name
+		return
+	}
+	switch p {
+	case Chat:
+		s.chat(root, ev)
+	case Responses:
+		s.responses(root, ev)
+	case Messages:
+		s.messages(root, ev)
+	default:
+		ev.Type = ev.Name
+	}
+}
+
+// setUsage records usage; in/out < 0 keep the previous value, so each usage
+// event reports the cumulative total known so far.
+func (s *classifyState) setUsage(ev *Event, in, out int) {
+	if in >= 0 {
+		s.usage.InputTokens = in
+	}
+	if out >= 0 {
+		s.usage.OutputTokens = out
+	}
+	ev.Kind |= KindUsage
+	ev.Usage = s.usage
+}
+
+func intOr(v gjson.Result, def int) int {
+	if v.Type != gjson.Number {
+		return def
+	}
+	return int(v.Int())
+}
+
+func (s *classifyState) chat(root gjson.Result, ev *Event) {
+	ev.Type = root.Get("object").String()
+	if e := root.Get("error"); e.Exists() {
+		ev.Kind = KindError
+		ev.ErrorMessage = errorText(e)
+		return
+	}
+	if !s.started {
+		s.started = true
+		ev.Kind |= KindStart
+		ev.ID = root.Get("id").String()
+		ev.Model = root.Get("model").String()
+	}
+	for _, choice := range root.Get("choices").Array() {
+		if choice.Get("index").Int() != 0 {
+			continue // only the first choice is canonical (n>1 is not supported)
+		}
+		ev.Index = 0
+		delta := choice.Get("delta")
+		if c := delta.Get("content"); c.Type == gjson.String && c.Str != "" {
+			ev.Kind |= KindTextDelta
+			ev.Text = c.Str
+		}
+		for _, tc := range delta.Get("tool_calls").Array() {
+			cd := CallDelta{Index: int(tc.Get("index").Int()), ID: tc.Get("id").String()}
+			fn := tc.Get("function")
+			cd.Name = fn.Get("name").String()
+			cd.Arguments = fn.Get("arguments").String()
+			if cd.ID != "" || cd.Name != "" {
+				ev.Kind |= KindToolCallStart
+			}
+			if cd.Arguments != "" {
+				ev.Kind |= KindToolCallArgs
+			}
+			ev.Calls = append(ev.Calls, cd)
+		}
+		if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			ev.Kind |= KindFinish
+			ev.Finish = Finish{Reason: classifyFinish(Chat, fr.Str), Raw: fr.Str}
+		}
+		break
+	}
+	if u := root.Get("usage"); u.IsObject() {
+		s.setUsage(ev, intOr(u.Get("prompt_tokens"), -1), intOr(u.Get("completion_tokens"), -1))
+	}
+}
+
+func (s *classifyState) responses(root gjson.Result, ev *Event) {
+	ev.Type = root.Get("type").String()
+	if ev.Type == "" {
+		ev.Type = ev.Name
+	}
+	if oi := root.Get("output_index"); oi.Type == gjson.Number {
+		ev.Index = int(oi.Int())
+	}
+	switch ev.Type {
+	case "response.created":
+		if !s.started {
+			s.started = true
+			ev.Kind |= KindStart
+			resp := root.Get("response")
+			ev.ID = resp.Get("id").String()
+			ev.Model = resp.Get("model").String()
+		}
+	case "response.output_item.added":
+		item := root.Get("item")
+		if item.Get("type").String() == "function_call" {
+			cd := CallDelta{Index: ev.Index, ID: item.Get("call_id").String(), Name: item.Get("name").String(),
+				Arguments: item.Get("arguments").String()}
+			ev.Kind |= KindToolCallStart
+			if cd.Arguments != "" {
+				ev.Kind |= KindToolCallArgs
+			}
+			ev.Calls = []CallDelta{cd}
+		}
+	case "response.output_text.delta":
+		if d := root.Get("delta").String(); d != "" {
+			ev.Kind |= KindTextDelta
+			ev.Text = d
+		}
+	case "response.function_call_arguments.delta":
+		if d := root.Get("delta").String(); d != "" {
+			ev.Kind |= KindToolCallArgs
+			ev.Calls = []CallDelta{{Index: ev.Index, Arguments: d}}
+		}
+	case "response.completed", "response.incomplete", "response.failed":
+		resp := root.Get("response")
+		hasCalls := false
+		for _, item := range resp.Get("output").Array() {
+			if item.Get("type").String() == "function_call" {
+				hasCalls = true
+				break
+			}
+		}
+		ev.Kind |= KindTerminal | KindFinish
+		ev.Finish = responsesFinish(resp, hasCalls)
+		if u := resp.Get("usage"); u.IsObject() {
+			s.setUsage(ev, intOr(u.Get("input_tokens"), -1), intOr(u.Get("output_tokens"), -1))
+		}
+	case "error":
+		ev.Kind |= KindError
+		ev.ErrorMessage = errorText(root)
+	}
+}
+
+func (s *classifyState) messages(root gjson.Result, ev *Event) {
+	ev.Type = root.Get("type").String()
+	if ev.Type == "" {
+		ev.Type = ev.Name
+	}
+	if ix := root.Get("index"); ix.Type == gjson.Number {
+		ev.Index = int(ix.Int())
+	}
+	switch ev.Type {
+	case "message_start":
+		msg := root.Get("message")
+		if !s.started {
+			s.started = true
+			ev.Kind |= KindStart
+			ev.ID = msg.Get("id").String()
+			ev.Model = msg.Get("model").String()
+		}
+		if u := msg.Get("usage"); u.IsObject() {
+			s.setUsage(ev, intOr(u.Get("input_tokens"), -1), intOr(u.Get("output_tokens"), -1))
+		}
+	case "content_block_start":
+		block := root.Get("content_block")
+		switch block.Get("type").String() {
+		case "tool_use":
+			cd := CallDelta{Index: ev.Index, ID: block.Get("id").String(), Name: block.Get("name").String()}
+			// Streams send input {}; a proxy that sends the whole input up front is honoured.
+			if in := block.Get("input"); in.IsObject() && len(in.Map()) > 0 {
+				cd.Arguments = in.Raw
+				ev.Kind |= KindToolCallArgs
+			}
+			ev.Kind |= KindToolCallStart
+			ev.Calls = []CallDelta{cd}
+		case "text":
+			if t := block.Get("text").String(); t != "" {
+				ev.Kind |= KindTextDelta
+				ev.Text = t
+			}
+		}
+	case "content_block_delta":
+		delta := root.Get("delta")
+		switch delta.Get("type").String() {
+		case "text_delta":
+			if t := delta.Get("text").String(); t != "" {
+				ev.Kind |= KindTextDelta
+				ev.Text = t
+			}
+		case "input_json_delta":
+			if a := delta.Get("partial_json").String(); a != "" {
+				ev.Kind |= KindToolCallArgs
+				ev.Calls = []CallDelta{{Index: ev.Index, Arguments: a}}
+			}
+		}
+	case "message_delta":
+		if sr := root.Get("delta.stop_reason"); sr.Type == gjson.String {
+			ev.Kind |= KindFinish
+			ev.Finish = Finish{Reason: classifyFinish(Messages, sr.Str), Raw: sr.Str}
+		}
+		if u := root.Get("usage"); u.IsObject() {
+			s.setUsage(ev, intOr(u.Get("input_tokens"), -1), intOr(u.Get("output_tokens"), -1))
+		}
+	case "message_stop":
+		ev.Kind |= KindTerminal
+	case "error":
+		ev.Kind |= KindError
+		ev.ErrorMessage = errorText(root.Get("error"))
+	}
+}
+
+// errorText extracts a readable message from an error value or object.
+func errorText(e gjson.Result) string {
+	if m := e.Get("message"); m.Exists() {
+		return m.String()
+	}
+	if e.Get("error.message").Exists() {
+		return e.Get("error.message").String()
+	}
+	return e.String()
+}

@@ -1,0 +1,157 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// seedStreams adds the sample streams of one protocol plus rendered ones.
+func seedStreams(f *testing.F, prefix string, p Protocol) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", prefix+"_*.sse"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, uint16(len(data)/2))
+		f.Add(bytes.ReplaceAll(data, []byte("\n"), []byte("\r")), uint16(7))
+	}
+	for _, turn := range canonicalTurns() {
+		data := RenderSSE(p, turn, RenderOptions{ChunkBytes: 5, ChatUsage: true})
+		f.Add(data, uint16(len(data)/3))
+	}
+	f.Add([]byte("data: [DONE]"), uint16(3))
+	f.Add([]byte(":\r\n\r\ndata\r\ndata: {\"a\r\n\n\n"), uint16(5))
+}
+
+// fuzzStreamReader checks that the reader never panics, that two chunks give
+// the same events as one, and that the events' Raw bytes reproduce the input.
+func fuzzStreamReader(t *testing.T, p Protocol, data []byte, split uint16) {
+	one, err1 := readAll(t, p, data)
+	cut := int(split) % (len(data) + 1)
+	two, err2 := readAll(t, p, data[:cut], data[cut:])
+	if (err1 == nil) != (err2 == nil) {
+		t.Fatalf("errors differ: %v vs %v", err1, err2)
+	}
+	if !reflect.DeepEqual(one, two) {
+		t.Fatalf("split at %d changes the events:\n%v\n%v", cut, one, two)
+	}
+	if !bytes.Equal(joinRaw(one), data) {
+		t.Fatalf("Raw does not reproduce the input")
+	}
+	var b TurnBuilder
+	for _, ev := range one {
+		b.Add(ev)
+	}
+	_ = b.Turn()
+}
+
+func FuzzStreamReaderChat(f *testing.F) {
+	seedStreams(f, "chat", Chat)
+	f.Fuzz(func(t *testing.T, data []byte, split uint16) { fuzzStreamReader(t, Chat, data, split) })
+}
+
+func FuzzStreamReaderResponses(f *testing.F) {
+	seedStreams(f, "responses", Responses)
+	f.Fuzz(func(t *testing.T, data []byte, split uint16) { fuzzStreamReader(t, Responses, data, split) })
+}
+
+func FuzzStreamReaderMessages(f *testing.F) {
+	seedStreams(f, "messages", Messages)
+	f.Fuzz(func(t *testing.T, data []byte, split uint16) { fuzzStreamReader(t, Messages, data, split) })
+}
+
+// FuzzParseResponse checks that parsing never panics and that whatever
+// parses re-renders to valid JSON that parses to the same text and calls.
+func FuzzParseResponse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "*.body.json"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(sampleProtocol(f, filepath.Base(file))), data)
+	}
+	for _, turn := range canonicalTurns() {
+		for _, p := range allProtocols {
+			f.Add(uint8(p), RenderJSON(p, turn))
+		}
+	}
+	f.Add(uint8(Chat), []byte(`{"choices":[{"message":{"content":"\ud800"}}]}`))
+	f.Fuzz(func(t *testing.T, proto uint8, body []byte) {
+		p := Protocol(proto % 4)
+		turn, err := ParseResponse(p, body)
+		if err != nil {
+			return
+		}
+		out := RenderJSON(p, turn)
+		if !json.Valid(out) {
+			t.Fatalf("rendered invalid JSON: %s", out)
+		}
+		again, err := ParseResponse(p, out)
+		if err != nil {
+			t.Fatalf("re-parse: %v\n%s", err, out)
+		}
+		if utf8.ValidString(turn.Text) && !strings.ContainsAny(turn.Text, "\u2028\u2029") && again.Text != turn.Text {
+			t.Fatalf("text %q became %q", turn.Text, again.Text)
+		}
+		if len(again.ToolCalls) != len(turn.ToolCalls) {
+			t.Fatalf("tool calls %d became %d", len(turn.ToolCalls), len(again.ToolCalls))
+		}
+	})
+}
+
+// BenchmarkStreamReader measures SSE reader throughput on a long stream fed
+// in 4 KiB chunks, as an upstream body arrives.
+func BenchmarkStreamReader(b *testing.B) {
+	turn := &Turn{ID: "bench", Model: "m", Text: strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000),
+		ToolCalls: []ToolCall{{ID: "c", Name: "shell", Arguments: `{"cmd":"` + strings.Repeat("x", 4000) + `"}`}},
+		Usage:     Usage{100, 200}}
+	for _, p := range allProtocols {
+		data := RenderSSE(p, turn, RenderOptions{ChunkBytes: 16, ChatUsage: true})
+		b.Run(p.String(), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r := NewStreamReader(p)
+				var tb TurnBuilder
+				for off := 0; off < len(data); off += 4096 {
+					evs, err := r.Feed(data[off:min(off+4096, len(data))])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, ev := range evs {
+						tb.Add(ev)
+					}
+				}
+				if _, err := r.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if tb.Turn().Text != turn.Text {
+					b.Fatal("text mismatch")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRenderSSE measures rendering of the same long turn.
+func BenchmarkRenderSSE(b *testing.B) {
+	turn := &Turn{Text: strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000)}
+	for _, p := range allProtocols {
+		b.Run(p.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			var n int
+			for b.Loop() {
+				n = len(RenderSSE(p, turn, RenderOptions{ChunkBytes: 16}))
+			}
+			b.SetBytes(int64(n))
+		})
+	}
+}

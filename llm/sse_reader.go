@@ -1,0 +1,298 @@
+package llm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// EventKind is the set of canonical meanings one SSE event carries. One
+// event may carry several: a Chat chunk can hold text and a finish reason, a
+// Responses response.completed is a finish, usage and the terminal at once.
+type EventKind uint16
+
+const (
+	KindStart         EventKind = 1 << iota // first event of the turn (message_start, response.created, first Chat chunk)
+	KindTextDelta                           // Text holds a piece of assistant text
+	KindToolCallStart                       // a Calls entry names a new tool call (ID, Name)
+	KindToolCallArgs                        // a Calls entry holds a piece of arguments
+	KindFinish                              // Finish holds the turn's finish reason
+	KindUsage                               // Usage holds the cumulative usage known so far
+	KindTerminal                            // the protocol's end of stream ([DONE], message_stop, response.completed/incomplete/failed)
+	KindError                               // the provider reported an error in-stream; ErrorMessage says what
+)
+
+// KindOther is the empty set: pings, comments, block stops, in_progress, ….
+const KindOther EventKind = 0
+
+// Has reports whether k includes every meaning in x.
+func (k EventKind) Has(x EventKind) bool { return k&x == x && x != 0 }
+
+func (k EventKind) String() string {
+	if k == KindOther {
+		return "other"
+	}
+	names := []string{"start", "text", "tool_start", "tool_args", "finish", "usage", "terminal", "error"}
+	var parts []string
+	for i, n := range names {
+		if k&(1<<i) != 0 {
+			parts = append(parts, n)
+		}
+	}
+	return strings.Join(parts, "|")
+}
+
+// Event is one SSE event as it appeared on the wire plus its canonical
+// meaning (SPEC §1 response path, SSE). Raw is the exact bytes, including any
+// blank lines before it and the blank line that ended it: the concatenation
+// of every Raw a reader returns equals its input, so the filter can forward
+// or withhold events byte-identically.
+type Event struct {
+	Raw  []byte // exact wire bytes
+	Name string // the "event:" field ("" if none)
+	Data []byte // the "data:" lines joined with "\n"
+	Type string // the JSON "type" (Chat: "object"), "[DONE]", or Name when there is no JSON
+
+	Kind  EventKind
+	Index int // Chat choice index, Responses output_index, Messages content block index; -1 if none
+
+	ID, Model    string      // with KindStart
+	Text         string      // with KindTextDelta
+	Calls        []CallDelta // with KindToolCallStart / KindToolCallArgs
+	Finish       Finish      // with KindFinish
+	Usage        Usage       // with KindUsage
+	ErrorMessage string      // with KindError
+}
+
+// CallDelta is one tool call fragment within an event.
+type CallDelta struct {
+	Index     int    // Chat tool_calls[].index, Responses output_index, Messages block index
+	ID, Name  string // set when the call starts
+	Arguments string // a piece of the arguments JSON text
+}
+
+// MaxEventBytes bounds a single buffered event; a longer one is an error, so
+// a broken upstream cannot grow the filter's memory without limit.
+const MaxEventBytes = 16 << 20
+
+// ErrEventTooLarge is returned when one event exceeds MaxEventBytes.
+var ErrEventTooLarge = errors.New("llm: SSE event exceeds MaxEventBytes")
+
+// ErrIncompleteEvent is returned by Close when the stream ended inside an
+// event (no terminating blank line). The event is still returned.
+var ErrIncompleteEvent = errors.New("llm: SSE stream ended inside an event")
+
+// StreamReader splits an SSE byte stream of one protocol into Events. Chunks
+// may break anywhere: mid-line, mid-UTF-8, between CR and LF. Line endings
+// may be LF, CRLF or CR; comments and id/retry fields are kept in Raw only.
+type StreamReader struct {
+	p      Protocol
+	buf    []byte // bytes of the pending event, from its first byte
+	look   int    // where to resume searching for a line end
+	nl     int    // a known LF at or after look, if nl >= look
+	noLF   int    // buf[:noLF] past look holds no LF (avoids rescans on CR-only input)
+	line   int    // start of the current, unfinished line
+	fields bool   // the pending event has a non-blank line
+	name   [2]int // span of the event field value, if any
+	data   [][2]int
+	closed bool
+	err    error
+	st     classifyState
+}
+
+// NewStreamReader returns a reader for protocol p's SSE framing.
+func NewStreamReader(p Protocol) *StreamReader {
+	return &StreamReader{p: p, nl: -1}
+}
+
+// Feed consumes the next chunk and returns the events it completed. The
+// chunk is not retained.
+func (r *StreamReader) Feed(chunk []byte) ([]Event, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.closed {
+		return nil, errors.New("llm: Feed after Close")
+	}
+	r.buf = append(r.buf, chunk...)
+	evs := r.scan(nil)
+	if r.err == nil && len(r.buf) > MaxEventBytes {
+		r.err = ErrEventTooLarge
+	}
+	return evs, r.err
+}
+
+// Close ends the stream and returns any final event. A trailing event that
+// lacks its blank line is still parsed and returned, with ErrIncompleteEvent;
+// trailing blank lines alone come back as a KindOther event so no byte is lost.
+func (r *StreamReader) Close() ([]Event, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.closed {
+		return nil, nil
+	}
+	r.closed = true
+	evs := r.scan(nil)
+	if len(r.buf) == 0 {
+		return evs, nil
+	}
+	if r.line < len(r.buf) {
+		r.field(r.line, len(r.buf))
+	}
+	incomplete := r.fields
+	evs = append(evs, r.dispatch(len(r.buf)))
+	if incomplete {
+		return evs, ErrIncompleteEvent
+	}
+	return evs, nil
+}
+
+// scan consumes complete lines and dispatches complete events.
+func (r *StreamReader) scan(evs []Event) []Event {
+	for {
+		seg := r.buf[r.look:]
+		nl := r.findLF()
+		lim := seg
+		if nl >= 0 {
+			lim = seg[:nl]
+		}
+		end, next := -1, -1
+		if cr := bytes.IndexByte(lim, '\r'); cr >= 0 {
+			switch {
+			case nl == cr+1: // CRLF
+				end, next = r.look+cr, r.look+nl+1
+			case cr+1 < len(seg): // lone CR
+				end, next = r.look+cr, r.look+cr+1
+			case r.closed: // CR at the very end of input
+				end, next = r.look+cr, r.look+cr+1
+			default: // CR at the end of the buffer: an LF may follow
+				r.look += cr
+				return evs
+			}
+		} else if nl >= 0 {
+			end, next = r.look+nl, r.look+nl+1
+		} else {
+			r.look = len(r.buf)
+			return evs
+		}
+		if end == r.line { // blank line
+			if r.fields {
+				evs = append(evs, r.dispatch(next))
+				continue
+			}
+			r.line, r.look = next, next // leading blank line: stays with the next event
+			continue
+		}
+		r.field(r.line, end)
+		r.line, r.look = next, next
+	}
+}
+
+// findLF returns the offset from look of the next LF, or -1, remembering
+// what it searched so CR-only streams stay linear.
+func (r *StreamReader) findLF() int {
+	if r.nl >= r.look {
+		return r.nl - r.look
+	}
+	from := max(r.look, r.noLF)
+	i := bytes.IndexByte(r.buf[from:], '\n')
+	if i < 0 {
+		r.noLF = len(r.buf)
+		return -1
+	}
+	r.nl = from + i
+	return r.nl - r.look
+}
+
+// field records one non-blank line buf[start:end].
+func (r *StreamReader) field(start, end int) {
+	r.fields = true
+	line := r.buf[start:end]
+	colon := bytes.IndexByte(line, ':')
+	if colon == 0 {
+		return // comment
+	}
+	name, vstart := line, end
+	if colon > 0 {
+		name = line[:colon]
+		vstart = start + colon + 1
+		if vstart < end && r.buf[vstart] == ' ' {
+			vstart++
+		}
+	}
+	switch string(name) {
+	case "data":
+		r.data = append(r.data, [2]int{vstart, end})
+	case "event":
+		r.name = [2]int{vstart, end}
+	}
+}
+
+// dispatch turns buf[:n] into an Event and drops it from the buffer.
+func (r *StreamReader) dispatch(n int) Event {
+	raw := bytes.Clone(r.buf[:n])
+	ev := Event{Raw: raw, Index: -1}
+	if r.name[1] > r.name[0] {
+		ev.Name = string(raw[r.name[0]:r.name[1]])
+	}
+	switch len(r.data) {
+	case 0:
+	case 1:
+		ev.Data = raw[r.data[0][0]:r.data[0][1]:r.data[0][1]]
+	default:
+		var joined []byte
+		for i, d := range r.data {
+			if i > 0 {
+				joined = append(joined, '\n')
+			}
+			joined = append(joined, raw[d[0]:d[1]]...)
+		}
+		ev.Data = joined
+	}
+	rest := copy(r.buf, r.buf[n:])
+	r.buf = r.buf[:rest]
+	r.look, r.line = 0, 0
+	r.nl -= n
+	r.noLF = max(0, r.noLF-n)
+	r.fields = false
+	r.name = [2]int{}
+	r.data = r.data[:0]
+	if len(r.buf) == 0 && cap(r.buf) > 64<<10 {
+		r.buf = nil // do not pin a large buffer after a large event
+	}
+	if len(ev.Data) > 0 {
+		r.st.classify(r.p, &ev)
+	} else {
+		ev.Type = ev.Name
+	}
+	return ev
+}
+
+// MustHold reports whether the filter has to hold this event until it knows
+// whether a continuation follows (SPEC §1 SSE): the finish, the terminal
+// event and Chat's usage-only chunk. The Splicer re-renders them once.
+func (e Event) MustHold() bool {
+	return e.Kind&(KindFinish|KindTerminal) != 0 || e.Kind == KindUsage
+}
+
+// StartsToolCall reports whether the event starts a call to one of the named
+// tools: from that event on, the filter withholds the stream (SPEC §1 SSE).
+func (e Event) StartsToolCall(names []string) bool {
+	if !e.Kind.Has(KindToolCallStart) {
+		return false
+	}
+	for _, c := range e.Calls {
+		if c.Name != "" && slices.Contains(names, c.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// String summarises an event for test failures and logs.
+func (e Event) String() string {
+	return fmt.Sprintf("{%s %q idx=%d text=%q calls=%v finish=%v usage=%v}", e.Kind, e.Type, e.Index, e.Text, e.Calls, e.Finish, e.Usage)
+}

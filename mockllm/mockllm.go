@@ -1,0 +1,422 @@
+// Package mockllm is the scripted mock provider (SPEC §12 "Mock provider"):
+// it serves the three LLM protocols, in JSON and SSE, with canned replies
+// queued through POST /__mock/script, and records every request it gets.
+package mockllm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chimehq/chime/llm"
+	"github.com/tidwall/gjson"
+)
+
+// DefaultAddr is where `chime mockllm` listens (SPEC §12).
+const DefaultAddr = "127.0.0.1:8788"
+
+// maxBody bounds a request body; coding agents send 1–2 MB (SPEC §2).
+const maxBody = 64 << 20
+
+// Reply is one canned reply in canonical form (SPEC §12).
+type Reply struct {
+	Text      string     `json:"text,omitempty"`
+	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+	// Finish is a canonical reason or any protocol's value; empty means
+	// tool_calls when there are tool calls, else stop.
+	Finish string `json:"finish,omitempty"`
+	// DelayMs waits before the first byte of the reply.
+	DelayMs int `json:"delayMs,omitempty"`
+	// ChunkDelayMs waits between SSE events, so streaming is observable.
+	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
+	// Status, when 400 or more, answers with a provider-shaped error.
+	Status int `json:"status,omitempty"`
+	// Error is the message of that error.
+	Error string `json:"error,omitempty"`
+	// Usage overrides the estimated token counts.
+	Usage *llm.Usage `json:"usage,omitempty"`
+}
+
+// ToolCall is a scripted tool call. Arguments may be given as JSON text (a
+// string) or as the JSON value itself; missing arguments are {}.
+type ToolCall struct {
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// RecordedRequest is one provider request as GET /__mock/requests lists it.
+type RecordedRequest struct {
+	Method     string            `json:"method"`
+	Path       string            `json:"path"`    // path and query string
+	Headers    map[string]string `json:"headers"` // lower-case names; repeated values joined with ", "
+	Body       string            `json:"body"`    // the raw body bytes
+	ReceivedAt time.Time         `json:"receivedAt"`
+}
+
+// Server is the mock provider. It is an http.Handler; the zero value is not
+// usable, use New.
+type Server struct {
+	mu       sync.Mutex
+	queue    []Reply
+	requests []RecordedRequest
+	served   int
+}
+
+// New returns an empty mock provider.
+func New() *Server { return &Server{} }
+
+// Script queues replies, consumed in order by the next provider requests.
+func (s *Server) Script(replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, replies...)
+}
+
+// Requests returns a copy of the recorded provider requests.
+func (s *Server) Requests() []RecordedRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]RecordedRequest{}, s.requests...)
+}
+
+// ListenAndServe serves on addr (DefaultAddr if empty) until ctx ends.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shut)
+		case <-done:
+		}
+	}()
+	err := srv.Serve(ln)
+	close(done)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeHTTP routes the control endpoints and the three provider paths.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/__mock/script":
+		s.handleScript(w, r)
+		return
+	case "/__mock/requests":
+		s.handleRequests(w, r)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": map[string]string{"message": err.Error()}})
+		return
+	}
+	s.record(r, body)
+	p := llm.DetectProtocol(r.URL.Path)
+	if p == llm.Unknown {
+		writeError(w, p, http.StatusNotFound, "mockllm: no such endpoint "+r.URL.Path)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, p, http.StatusMethodNotAllowed, "mockllm: use POST")
+		return
+	}
+	reply, n := s.next()
+	if !sleep(r.Context(), reply.DelayMs) {
+		return // the client went away
+	}
+	if reply.Status >= 400 {
+		msg := reply.Error
+		if msg == "" {
+			msg = fmt.Sprintf("mockllm: scripted status %d", reply.Status)
+		}
+		writeError(w, p, reply.Status, msg)
+		return
+	}
+	turn := buildTurn(p, reply, n, body)
+	if gjson.GetBytes(body, "stream").Bool() {
+		opts := llm.RenderOptions{ChatUsage: gjson.GetBytes(body, "stream_options.include_usage").Bool()}
+		streamSSE(w, r, p, llm.RenderSSE(p, turn, opts), reply.ChunkDelayMs)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(llm.RenderJSON(p, turn))
+}
+
+// next pops the next scripted reply, or the default text "ok" with finish
+// stop (SPEC §12), and returns the 1-based number of the reply.
+func (s *Server) next() (Reply, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served++
+	if len(s.queue) == 0 {
+		return Reply{Text: "ok", Finish: "stop"}, s.served
+	}
+	r := s.queue[0]
+	s.queue = s.queue[1:]
+	return r, s.served
+}
+
+func (s *Server) record(r *http.Request, body []byte) {
+	headers := make(map[string]string, len(r.Header)+1)
+	for name, values := range r.Header {
+		headers[strings.ToLower(name)] = strings.Join(values, ", ")
+	}
+	if r.Host != "" {
+		headers["host"] = r.Host
+	}
+	rec := RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: time.Now()}
+	s.mu.Lock()
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+}
+
+func (s *Server) handleScript(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost:
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		replies, err := ParseScript(body)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		s.Script(replies...)
+		s.mu.Lock()
+		pending := len(s.queue)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]int{"queued": len(replies), "pending": pending})
+	case http.MethodGet:
+		s.mu.Lock()
+		q := append([]Reply{}, s.queue...)
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, q)
+	case http.MethodDelete:
+		s.mu.Lock()
+		s.queue = nil
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use GET, POST or DELETE"})
+	}
+}
+
+func (s *Server) handleRequests(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, s.Requests())
+	case http.MethodDelete:
+		s.mu.Lock()
+		s.requests = nil
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.Header().Set("Allow", "GET, DELETE")
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use GET or DELETE"})
+	}
+}
+
+// ParseScript reads a POST /__mock/script body: one reply object or an
+// array of them. Bad input gets an error saying what is wrong (SPEC §14).
+func ParseScript(body []byte) ([]Reply, error) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil, errors.New("mockllm: empty script")
+	}
+	dec := func(b []byte, v any) error {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		return d.Decode(v)
+	}
+	var replies []Reply
+	if trimmed[0] == '[' {
+		if err := dec(trimmed, &replies); err != nil {
+			return nil, fmt.Errorf("mockllm: bad script: %w", err)
+		}
+	} else {
+		var one Reply
+		if err := dec(trimmed, &one); err != nil {
+			return nil, fmt.Errorf("mockllm: bad script: %w", err)
+		}
+		replies = []Reply{one}
+	}
+	for i, r := range replies {
+		if r.DelayMs < 0 || r.ChunkDelayMs < 0 {
+			return nil, fmt.Errorf("mockllm: reply %d: negative delay", i)
+		}
+		if r.Status != 0 && (r.Status < 100 || r.Status > 599) {
+			return nil, fmt.Errorf("mockllm: reply %d: status %d is not an HTTP status", i, r.Status)
+		}
+		for j, c := range r.ToolCalls {
+			if c.Name == "" {
+				return nil, fmt.Errorf("mockllm: reply %d tool call %d: name is required", i, j)
+			}
+			if _, err := c.argumentsText(); err != nil {
+				return nil, fmt.Errorf("mockllm: reply %d tool call %d: %w", i, j, err)
+			}
+		}
+	}
+	return replies, nil
+}
+
+// argumentsText returns the arguments as JSON text.
+func (c ToolCall) argumentsText() (string, error) {
+	raw := bytes.TrimSpace(c.Arguments)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "{}", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return "", fmt.Errorf("arguments: %w", err)
+	}
+	return buf.String(), nil
+}
+
+// buildTurn turns a reply into the canonical turn of the n-th response.
+func buildTurn(p llm.Protocol, r Reply, n int, reqBody []byte) *llm.Turn {
+	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
+	if t.Model == "" {
+		t.Model = "mock-model"
+	}
+	switch p {
+	case llm.Chat:
+		t.ID = fmt.Sprintf("chatcmpl-mock%d", n)
+	case llm.Responses:
+		t.ID = fmt.Sprintf("resp_mock%d", n)
+	default:
+		t.ID = fmt.Sprintf("msg_mock%d", n)
+	}
+	out := len(r.Text)
+	for i, c := range r.ToolCalls {
+		args, _ := c.argumentsText()
+		id := c.ID
+		if id == "" {
+			prefix := "call_mock"
+			if p == llm.Messages {
+				prefix = "toolu_mock"
+			}
+			id = fmt.Sprintf("%s%d_%d", prefix, n, i)
+		}
+		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
+		out += len(c.Name) + len(args)
+	}
+	if r.Finish != "" {
+		t.Finish = llm.ParseFinish(r.Finish)
+	}
+	if r.Usage != nil {
+		t.Usage = *r.Usage
+	} else {
+		// About four bytes per token, like real tokenizers on English text.
+		t.Usage = llm.Usage{InputTokens: len(reqBody)/4 + 1, OutputTokens: out/4 + 1}
+	}
+	return t
+}
+
+// streamSSE writes the rendered stream event by event, flushing each, with
+// an optional pause between events.
+func streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []byte, delayMs int) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	reader := llm.NewStreamReader(p)
+	events, _ := reader.Feed(stream)
+	rest, _ := reader.Close()
+	events = append(events, rest...)
+	for i, ev := range events {
+		if i > 0 && !sleep(r.Context(), delayMs) {
+			return
+		}
+		if _, err := w.Write(ev.Raw); err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// sleep waits ms milliseconds unless ctx ends first; it reports whether the
+// wait completed.
+func sleep(ctx context.Context, ms int) bool {
+	if ms <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// writeError answers with an error body shaped like the protocol's provider.
+func writeError(w http.ResponseWriter, p llm.Protocol, status int, msg string) {
+	if p == llm.Messages {
+		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": errorType(status, p), "message": msg}})
+		return
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": errorType(status, p), "param": nil, "code": nil}})
+}
+
+func errorType(status int, p llm.Protocol) string {
+	switch {
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500 && p == llm.Messages:
+		return "api_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

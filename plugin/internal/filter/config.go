@@ -1,0 +1,139 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Config is the plugin configuration: JSON in the Envoy wasm filter's
+// `configuration` (SPEC §12). Every field is optional.
+type Config struct {
+	// HostCluster is the Envoy cluster of the chime host (http_call target).
+	HostCluster string `json:"hostCluster"`
+	// HostAuthority is the :authority sent to the host.
+	HostAuthority string `json:"hostAuthority"`
+	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN), sent as
+	// a bearer token. Empty sends no authorization header.
+	Token            string `json:"token"`
+	TimeTag          bool   `json:"timeTag"`
+	DefaultTimezone  string `json:"defaultTimezone"`
+	DueWindowMs      int64  `json:"dueWindowMs"`
+	RetentionMs      int64  `json:"retentionMs"`
+	HoldMaxMs        int64  `json:"holdMaxMs"`
+	HoldNonStreaming bool   `json:"holdNonStreaming"`
+	// FailOpen forwards requests when the host fails (SPEC §1). When false,
+	// a host failure answers the request with 503.
+	FailOpen bool `json:"failOpen"`
+	// PrepareTimeoutMs bounds the prepare call (SPEC §14: 200 ms).
+	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
+}
+
+// DefaultConfig returns the configuration used for absent fields.
+func DefaultConfig() Config {
+	return Config{
+		HostCluster:      "chime_host",
+		HostAuthority:    "chime-host",
+		TimeTag:          true,
+		DefaultTimezone:  "UTC",
+		DueWindowMs:      60_000,
+		RetentionMs:      1_200_000,
+		HoldMaxMs:        60_000,
+		HoldNonStreaming: true,
+		FailOpen:         true,
+		PrepareTimeoutMs: 200,
+	}
+}
+
+// maxTimeoutMs caps millisecond settings at one day: larger values are
+// almost certainly unit mistakes (seconds vs ms would be 1000× off).
+const maxTimeoutMs = 24 * 60 * 60 * 1000
+
+// ParseConfig reads the plugin configuration over the defaults. Empty input
+// gives the defaults. It returns warnings for unknown fields (kept lenient
+// so a newer envoy.yaml does not break an older filter) and an error for
+// invalid JSON or out-of-range values.
+func ParseConfig(raw []byte) (Config, []string, error) {
+	cfg := DefaultConfig()
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return cfg, nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return Config{}, nil, fmt.Errorf("plugin configuration is not a JSON object: %w", err)
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return Config{}, nil, fmt.Errorf("plugin configuration: %w", err)
+	}
+	var warnings []string
+	known := knownFields()
+	for name := range fields {
+		if !slices.Contains(known, name) {
+			warnings = append(warnings, fmt.Sprintf("plugin configuration: unknown field %q ignored", name))
+		}
+	}
+	slices.Sort(warnings)
+	if err := cfg.validate(); err != nil {
+		return Config{}, warnings, fmt.Errorf("plugin configuration: %w", err)
+	}
+	return cfg, warnings, nil
+}
+
+func knownFields() []string {
+	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone", "dueWindowMs",
+		"retentionMs", "holdMaxMs", "holdNonStreaming", "failOpen", "prepareTimeoutMs"}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if strings.TrimSpace(c.HostCluster) == "" {
+		errs = append(errs, errors.New("hostCluster must not be empty"))
+	}
+	if strings.TrimSpace(c.HostAuthority) == "" || strings.ContainsAny(c.HostAuthority, " \t\r\n/") {
+		errs = append(errs, fmt.Errorf("hostAuthority %q must be a host[:port]", c.HostAuthority))
+	}
+	if strings.ContainsAny(c.Token, "\r\n\x00") {
+		errs = append(errs, errors.New("token must not contain line breaks or NUL"))
+	}
+	if !validTimezoneName(c.DefaultTimezone) {
+		errs = append(errs, fmt.Errorf("defaultTimezone %q is not an IANA zone name", c.DefaultTimezone))
+	}
+	for _, r := range []struct {
+		name  string
+		v, lo int64
+	}{
+		{"dueWindowMs", c.DueWindowMs, 0},
+		{"retentionMs", c.RetentionMs, 1},
+		{"holdMaxMs", c.HoldMaxMs, 0},
+		{"prepareTimeoutMs", c.PrepareTimeoutMs, 1},
+	} {
+		if r.v < r.lo || r.v > maxTimeoutMs {
+			errs = append(errs, fmt.Errorf("%s %d out of range [%d, %d]", r.name, r.v, r.lo, maxTimeoutMs))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validTimezoneName checks the shape of an IANA name ("UTC",
+// "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5"). The
+// filter cannot load zoneinfo itself (no file I/O in the guest), so whether
+// the zone exists is decided where the zone database lives.
+func validTimezoneName(name string) bool {
+	if name == "" || len(name) > 64 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
+		strings.Contains(name, "//") || strings.Contains(name, "..") {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case r == '/', r == '_', r == '-', r == '+', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,279 @@
+//go:build wasip1
+
+package proxywasm
+
+import (
+	"unsafe"
+
+	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+)
+
+// memory keeps buffers given to the host by proxy_on_memory_allocate alive
+// until a hostcall's result is read back.
+var memory abi.Allocations
+
+func init() { abi.SetHost(wasmHost{}) }
+
+func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+func strPtr(s string) unsafe.Pointer   { return unsafe.Pointer(unsafe.StringData(s)) }
+
+// result reads back a buffer the host filled through proxy_on_memory_allocate.
+func result(ptr, size, st uint32) ([]byte, uint32) {
+	if st != abi.StatusOK {
+		return nil, st
+	}
+	if size == 0 {
+		if ptr != 0 {
+			memory.Take(uintptr(ptr), 0)
+		}
+		return nil, abi.StatusOK
+	}
+	b, ok := memory.Take(uintptr(ptr), size)
+	if !ok {
+		return nil, abi.StatusInvalidMemoryAccess
+	}
+	return b, abi.StatusOK
+}
+
+// wasmHost implements abi.Host with the proxy_* imports of ABI v0.2.1.
+type wasmHost struct{}
+
+func (wasmHost) Log(level uint32, msg string) uint32 {
+	return proxy_log(level, strPtr(msg), uint32(len(msg)))
+}
+
+func (wasmHost) GetLogLevel() (uint32, uint32) {
+	var l uint32
+	st := proxy_get_log_level(&l)
+	return l, st
+}
+
+func (wasmHost) GetProperty(path []byte) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_get_property(bytesPtr(path), uint32(len(path)), &p, &n)
+	return result(p, n, st)
+}
+
+func (wasmHost) SetProperty(path, value []byte) uint32 {
+	return proxy_set_property(bytesPtr(path), uint32(len(path)), bytesPtr(value), uint32(len(value)))
+}
+
+func (wasmHost) GetBufferBytes(buffer, start, maxSize uint32) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_get_buffer_bytes(buffer, start, maxSize, &p, &n)
+	return result(p, n, st)
+}
+
+func (wasmHost) GetBufferStatus(buffer uint32) (uint32, uint32) {
+	var size, flags uint32
+	st := proxy_get_buffer_status(buffer, &size, &flags)
+	return size, st
+}
+
+func (wasmHost) SetBufferBytes(buffer, start, size uint32, value []byte) uint32 {
+	return proxy_set_buffer_bytes(buffer, start, size, bytesPtr(value), uint32(len(value)))
+}
+
+func (wasmHost) GetHeaderMapPairs(mapType uint32) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_get_header_map_pairs(mapType, &p, &n)
+	return result(p, n, st)
+}
+
+func (wasmHost) SetHeaderMapPairs(mapType uint32, pairs []byte) uint32 {
+	return proxy_set_header_map_pairs(mapType, bytesPtr(pairs), uint32(len(pairs)))
+}
+
+func (wasmHost) GetHeaderMapValue(mapType uint32, key string) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_get_header_map_value(mapType, strPtr(key), uint32(len(key)), &p, &n)
+	return result(p, n, st)
+}
+
+func (wasmHost) ReplaceHeaderMapValue(mapType uint32, key, value string) uint32 {
+	return proxy_replace_header_map_value(mapType, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))
+}
+
+func (wasmHost) RemoveHeaderMapValue(mapType uint32, key string) uint32 {
+	return proxy_remove_header_map_value(mapType, strPtr(key), uint32(len(key)))
+}
+
+func (wasmHost) AddHeaderMapValue(mapType uint32, key, value string) uint32 {
+	return proxy_add_header_map_value(mapType, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))
+}
+
+func (wasmHost) ContinueStream(stream uint32) uint32 { return proxy_continue_stream(stream) }
+func (wasmHost) CloseStream(stream uint32) uint32    { return proxy_close_stream(stream) }
+
+func (wasmHost) SendLocalResponse(statusCode uint32, details string, body, headers []byte, grpcStatus int32) uint32 {
+	return proxy_send_local_response(statusCode, strPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(headers), uint32(len(headers)), grpcStatus)
+}
+
+func (wasmHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, uint32) {
+	var id uint32
+	st := proxy_http_call(strPtr(upstream), uint32(len(upstream)), bytesPtr(headers), uint32(len(headers)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(trailers), uint32(len(trailers)), timeoutMs, &id)
+	return id, st
+}
+
+func (wasmHost) SetTickPeriodMilliseconds(ms uint32) uint32 {
+	return proxy_set_tick_period_milliseconds(ms)
+}
+
+func (wasmHost) SetSharedData(key string, value []byte, cas uint32) uint32 {
+	return proxy_set_shared_data(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas)
+}
+
+func (wasmHost) GetSharedData(key string) ([]byte, uint32, uint32) {
+	var p, n, cas uint32
+	st := proxy_get_shared_data(strPtr(key), uint32(len(key)), &p, &n, &cas)
+	v, st := result(p, n, st)
+	return v, cas, st
+}
+
+func (wasmHost) RegisterSharedQueue(name string) (uint32, uint32) {
+	var id uint32
+	st := proxy_register_shared_queue(strPtr(name), uint32(len(name)), &id)
+	return id, st
+}
+
+func (wasmHost) ResolveSharedQueue(vmID, name string) (uint32, uint32) {
+	var id uint32
+	st := proxy_resolve_shared_queue(strPtr(vmID), uint32(len(vmID)), strPtr(name), uint32(len(name)), &id)
+	return id, st
+}
+
+func (wasmHost) EnqueueSharedQueue(queueID uint32, value []byte) uint32 {
+	return proxy_enqueue_shared_queue(queueID, bytesPtr(value), uint32(len(value)))
+}
+
+func (wasmHost) DequeueSharedQueue(queueID uint32) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_dequeue_shared_queue(queueID, &p, &n)
+	return result(p, n, st)
+}
+
+func (wasmHost) DefineMetric(metricType uint32, name string) (uint32, uint32) {
+	var id uint32
+	st := proxy_define_metric(metricType, strPtr(name), uint32(len(name)), &id)
+	return id, st
+}
+
+func (wasmHost) IncrementMetric(id uint32, delta int64) uint32 {
+	return proxy_increment_metric(id, delta)
+}
+func (wasmHost) RecordMetric(id uint32, value uint64) uint32 { return proxy_record_metric(id, value) }
+
+func (wasmHost) GetMetric(id uint32) (uint64, uint32) {
+	var v uint64
+	st := proxy_get_metric(id, &v)
+	return v, st
+}
+
+func (wasmHost) SetEffectiveContext(id uint32) uint32 { return proxy_set_effective_context(id) }
+func (wasmHost) Done() uint32                         { return proxy_done() }
+
+func (wasmHost) CallForeignFunction(name string, args []byte) ([]byte, uint32) {
+	var p, n uint32
+	st := proxy_call_foreign_function(strPtr(name), uint32(len(name)), bytesPtr(args), uint32(len(args)), &p, &n)
+	return result(p, n, st)
+}
+
+// Raw ABI v0.2.1 imports. Pointers are guest addresses; out-parameters
+// receive addresses of buffers the host got from proxy_on_memory_allocate.
+
+//go:wasmimport env proxy_log
+func proxy_log(level uint32, msg unsafe.Pointer, size uint32) uint32
+
+//go:wasmimport env proxy_get_log_level
+func proxy_get_log_level(level *uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func proxy_get_property(path unsafe.Pointer, pathSize uint32, data, size *uint32) uint32
+
+//go:wasmimport env proxy_set_property
+func proxy_set_property(path unsafe.Pointer, pathSize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxy_get_buffer_bytes(buffer, start, maxSize uint32, data, size *uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_status
+func proxy_get_buffer_status(buffer uint32, size, flags *uint32) uint32
+
+//go:wasmimport env proxy_set_buffer_bytes
+func proxy_set_buffer_bytes(buffer, start, size uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func proxy_get_header_map_pairs(mapType uint32, data, size *uint32) uint32
+
+//go:wasmimport env proxy_set_header_map_pairs
+func proxy_set_header_map_pairs(mapType uint32, pairs unsafe.Pointer, size uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_value
+func proxy_get_header_map_value(mapType uint32, key unsafe.Pointer, keySize uint32, data, size *uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func proxy_replace_header_map_value(mapType uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func proxy_remove_header_map_value(mapType uint32, key unsafe.Pointer, keySize uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func proxy_add_header_map_value(mapType uint32, key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func proxy_continue_stream(stream uint32) uint32
+
+//go:wasmimport env proxy_close_stream
+func proxy_close_stream(stream uint32) uint32
+
+//go:wasmimport env proxy_send_local_response
+func proxy_send_local_response(statusCode uint32, details unsafe.Pointer, detailsSize uint32,
+	body unsafe.Pointer, bodySize uint32, headers unsafe.Pointer, headersSize uint32, grpcStatus int32) uint32
+
+//go:wasmimport env proxy_http_call
+func proxy_http_call(upstream unsafe.Pointer, upstreamSize uint32, headers unsafe.Pointer, headersSize uint32,
+	body unsafe.Pointer, bodySize uint32, trailers unsafe.Pointer, trailersSize uint32, timeoutMs uint32, calloutID *uint32) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func proxy_set_tick_period_milliseconds(ms uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func proxy_set_shared_data(key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func proxy_get_shared_data(key unsafe.Pointer, keySize uint32, data, size, cas *uint32) uint32
+
+//go:wasmimport env proxy_register_shared_queue
+func proxy_register_shared_queue(name unsafe.Pointer, nameSize uint32, queueID *uint32) uint32
+
+//go:wasmimport env proxy_resolve_shared_queue
+func proxy_resolve_shared_queue(vmID unsafe.Pointer, vmIDSize uint32, name unsafe.Pointer, nameSize uint32, queueID *uint32) uint32
+
+//go:wasmimport env proxy_enqueue_shared_queue
+func proxy_enqueue_shared_queue(queueID uint32, value unsafe.Pointer, size uint32) uint32
+
+//go:wasmimport env proxy_dequeue_shared_queue
+func proxy_dequeue_shared_queue(queueID uint32, data, size *uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func proxy_define_metric(metricType uint32, name unsafe.Pointer, nameSize uint32, metricID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxy_increment_metric(metricID uint32, delta int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxy_record_metric(metricID uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_metric
+func proxy_get_metric(metricID uint32, value *uint64) uint32
+
+//go:wasmimport env proxy_set_effective_context
+func proxy_set_effective_context(contextID uint32) uint32
+
+//go:wasmimport env proxy_done
+func proxy_done() uint32
+
+//go:wasmimport env proxy_call_foreign_function
+func proxy_call_foreign_function(name unsafe.Pointer, nameSize uint32, args unsafe.Pointer, argsSize uint32, data, size *uint32) uint32

@@ -1,0 +1,68 @@
+package storage
+
+// Session is one client session seen by the host (SPEC §3). ID is the
+// original, unsanitized id; times are Unix ms.
+type Session struct {
+	ID          string `json:"id"`
+	CreatedAt   int64  `json:"createdAt"`
+	LastSeenAt  int64  `json:"lastSeenAt"`
+	LastChannel string `json:"lastChannel,omitempty"` // SPEC §10: channel of the last interaction
+}
+
+// ClockTask is one scheduled reminder (SPEC §6; seed 000 §3.1). Times are
+// Unix ms; zero means unset.
+type ClockTask struct {
+	TaskID    string `json:"taskId"`
+	SessionID string `json:"sessionId"` // original id; the key uses the sanitized form
+	DueAt     int64  `json:"dueAt"`
+	// UTCOffsetSec and TimeZone remember the zone the dueAt was written in,
+	// so daily/weekly/cron repeats keep local wall-clock time.
+	UTCOffsetSec int    `json:"utcOffsetSec"`
+	TimeZone     string `json:"timeZone,omitempty"` // IANA name, when it matched the offset
+	Task         string `json:"task"`
+	Tool         string `json:"tool,omitempty"`
+	Arguments    string `json:"arguments,omitempty"` // JSON text, a hint only
+	Repeat       string `json:"repeat,omitempty"`    // "", daily, weekly, every <d>, cron
+	MaxRuns      int    `json:"maxRuns,omitempty"`   // 0 = unlimited for repeating tasks
+	Runs         int    `json:"runs,omitempty"`      // committed deliveries of a repeating task
+	CreatedAt    int64  `json:"createdAt"`
+	UpdatedAt    int64  `json:"updatedAt"`
+	// NotBeforeRequestID blocks injection into this request and its
+	// followups ("<id>:…") (SPEC §6 notBeforeRequestId).
+	NotBeforeRequestID string `json:"notBeforeRequestId,omitempty"`
+	// DeliveredAt marks the current occurrence delivered; a re-armed
+	// repeating task clears it and keeps LastDeliveredAt.
+	DeliveredAt     int64  `json:"deliveredAt,omitempty"`
+	LastDeliveredAt int64  `json:"lastDeliveredAt,omitempty"`
+	DeliveryCount   int    `json:"deliveryCount"`
+	ReservedBy      string `json:"reservedBy,omitempty"` // request id holding the reservation
+	ReservedAt      int64  `json:"reservedAt,omitempty"`
+}
+
+// StopMessage is the per-session auto-continue state (SPEC §7).
+type StopMessage struct {
+	Text       string `json:"text"`
+	MaxRepeats int    `json:"maxRepeats"`
+	Used       int    `json:"used"`
+	UpdatedAt  int64  `json:"updatedAt"`
+	LastUsedAt int64  `json:"lastUsedAt,omitempty"`
+}
+
+// NTPState is the persisted NTP tracker state (SPEC §11). UpdatedAt is the
+// time of the last good sync; Error is the last attempt's error, if it failed.
+type NTPState struct {
+	Status    string `json:"status"`
+	OffsetMs  int64  `json:"offsetMs"`
+	Server    string `json:"server,omitempty"`
+	UpdatedAt int64  `json:"updatedAt,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Reservation records which tasks a request reserved (SPEC §6
+// reservation/commit), so that commit and rollback need only the request id.
+type Reservation struct {
+	RequestID  string   `json:"requestId"`
+	SessionID  string   `json:"sessionId"`
+	TaskIDs    []string `json:"taskIds"`
+	ReservedAt int64    `json:"reservedAt"`
+}

@@ -1,0 +1,387 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// Options tunes Open. The zero value is a durable on-disk store.
+type Options struct {
+	// Logger receives Badger's warnings and errors; nil means slog.Default().
+	Logger *slog.Logger
+	// InMemory keeps everything in RAM (dir must be ""). Not durable: tests only.
+	InMemory bool
+}
+
+// Store is the host's database. It is safe for concurrent use.
+type Store struct {
+	db *badger.DB
+}
+
+// ErrClosed is returned by every operation on a closed store.
+var ErrClosed = errors.New("storage: store is closed")
+
+// Open opens (creating if needed) the database in dir, sized for a sidecar:
+// small memtables and caches, two compactors, synchronous writes (SPEC §6).
+func Open(dir string, opts Options) (*Store, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	bo := badger.DefaultOptions(dir)
+	if opts.InMemory {
+		if dir != "" {
+			return nil, fmt.Errorf("storage: in-memory store needs an empty dir, got %q", dir)
+		}
+		bo = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		if dir == "" {
+			return nil, errors.New("storage: empty data directory")
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("storage: create data dir %q: %w", dir, err)
+		}
+	}
+	bo = bo.
+		WithSyncWrites(true).
+		WithMemTableSize(8 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBaseTableSize(2 << 20).
+		WithBaseLevelSize(8 << 20).
+		WithValueThreshold(64 << 10).
+		WithValueLogFileSize(16 << 20).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(4 << 20).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithLogger(slogBridge{logger}).
+		WithLoggingLevel(badger.WARNING)
+	db, err := openRecover(bo)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %q: %w", dir, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// openRecover turns a panic inside Badger's open path into an error.
+func openRecover(bo badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("badger panicked: %v", r)
+		}
+	}()
+	return badger.Open(bo)
+}
+
+// Close flushes and closes the database. Calling it twice is harmless.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("storage: close: %w", err)
+	}
+	return nil
+}
+
+// Update runs fn in a read-write transaction and commits it synchronously.
+// Conflicts with a concurrent writer are retried a few times.
+func (s *Store) Update(fn func(*Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = s.run(true, fn)
+		if !errors.Is(err, badger.ErrConflict) {
+			return err
+		}
+	}
+	return err
+}
+
+// View runs fn in a read-only snapshot.
+func (s *Store) View(fn func(*Tx) error) error { return s.run(false, fn) }
+
+func (s *Store) run(write bool, fn func(*Tx) error) (err error) {
+	defer func() {
+		// A write failure must reach the caller as an error (SPEC §14).
+		if r := recover(); r != nil {
+			err = fmt.Errorf("storage: badger panicked: %v", r)
+		}
+	}()
+	body := func(txn *badger.Txn) error { return fn(&Tx{txn: txn}) }
+	if write {
+		err = s.db.Update(body)
+	} else {
+		err = s.db.View(body)
+	}
+	if errors.Is(err, badger.ErrDBClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// Tx is one transaction. It must not be used after the callback returns.
+type Tx struct {
+	txn *badger.Txn
+}
+
+func (tx *Tx) getJSON(key []byte, v any) (bool, error) {
+	item, err := tx.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("storage: get %s: %w", key, err)
+	}
+	if err := item.Value(func(b []byte) error { return json.Unmarshal(b, v) }); err != nil {
+		return false, fmt.Errorf("storage: decode %s: %w", key, err)
+	}
+	return true, nil
+}
+
+func (tx *Tx) putJSON(key []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("storage: encode %s: %w", key, err)
+	}
+	if err := tx.txn.Set(key, b); err != nil {
+		return fmt.Errorf("storage: put %s: %w", key, err)
+	}
+	return nil
+}
+
+func (tx *Tx) del(key []byte) (bool, error) {
+	_, err := tx.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("storage: get %s: %w", key, err)
+	}
+	if err := tx.txn.Delete(key); err != nil {
+		return false, fmt.Errorf("storage: delete %s: %w", key, err)
+	}
+	return true, nil
+}
+
+// scan calls fn for every key with prefix, in key order, with a raw value
+// valid only during the call.
+func (tx *Tx) scan(prefix []byte, fn func(key, val []byte) error) error {
+	it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 32})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		item := it.Item()
+		key := item.Key()
+		if err := item.Value(func(v []byte) error { return fn(key, v) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// --- sessions ---
+
+// Session returns the session record of id.
+func (tx *Tx) Session(id string) (Session, bool, error) {
+	sid, err := sanitizeID(id)
+	if err != nil {
+		return Session{}, false, err
+	}
+	var s Session
+	ok, err := tx.getJSON(metaKey(sid), &s)
+	return s, ok, err
+}
+
+// PutSession writes a session record; s.ID must be set.
+func (tx *Tx) PutSession(s Session) error {
+	sid, err := sanitizeID(s.ID)
+	if err != nil {
+		return err
+	}
+	return tx.putJSON(metaKey(sid), s)
+}
+
+// --- clock tasks ---
+
+// Task returns one task of a session.
+func (tx *Tx) Task(sessionID, taskID string) (ClockTask, bool, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return ClockTask{}, false, err
+	}
+	if !ValidTaskID(taskID) {
+		return ClockTask{}, false, nil
+	}
+	var t ClockTask
+	ok, err := tx.getJSON(taskKey(sid, taskID), &t)
+	return t, ok, err
+}
+
+// PutTask writes t under t.SessionID / t.TaskID.
+func (tx *Tx) PutTask(t ClockTask) error {
+	sid, err := sanitizeID(t.SessionID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", errBadRecordID, err)
+	}
+	if !ValidTaskID(t.TaskID) {
+		return fmt.Errorf("%s %q", errBadTaskID, t.TaskID)
+	}
+	return tx.putJSON(taskKey(sid, t.TaskID), t)
+}
+
+// DeleteTask removes a task and reports whether it existed.
+func (tx *Tx) DeleteTask(sessionID, taskID string) (bool, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return false, err
+	}
+	if !ValidTaskID(taskID) {
+		return false, nil
+	}
+	return tx.del(taskKey(sid, taskID))
+}
+
+// Tasks lists a session's tasks ordered by dueAt, then task id.
+func (tx *Tx) Tasks(sessionID string) ([]ClockTask, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	var out []ClockTask
+	err = tx.scan(taskPrefix(sid), func(key, val []byte) error {
+		var t ClockTask
+		if err := json.Unmarshal(val, &t); err != nil {
+			return fmt.Errorf("storage: decode %s: %w", key, err)
+		}
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortTasks(out)
+	return out, nil
+}
+
+// --- stopMessage ---
+
+// StopMessage returns the session's stopMessage state.
+func (tx *Tx) StopMessage(sessionID string) (StopMessage, bool, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return StopMessage{}, false, err
+	}
+	var m StopMessage
+	ok, err := tx.getJSON(stopKey(sid), &m)
+	return m, ok, err
+}
+
+// PutStopMessage writes the session's stopMessage state.
+func (tx *Tx) PutStopMessage(sessionID string, m StopMessage) error {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return err
+	}
+	return tx.putJSON(stopKey(sid), m)
+}
+
+// DeleteStopMessage removes the session's stopMessage state.
+func (tx *Tx) DeleteStopMessage(sessionID string) (bool, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return false, err
+	}
+	return tx.del(stopKey(sid))
+}
+
+// --- reservations ---
+
+// Reservation returns the reservation record of a request id.
+func (tx *Tx) Reservation(requestID string) (Reservation, bool, error) {
+	rid, err := sanitizeID(requestID)
+	if err != nil {
+		return Reservation{}, false, err
+	}
+	var r Reservation
+	ok, err := tx.getJSON(reservationKey(rid), &r)
+	return r, ok, err
+}
+
+// PutReservation writes r under r.RequestID.
+func (tx *Tx) PutReservation(r Reservation) error {
+	rid, err := sanitizeID(r.RequestID)
+	if err != nil {
+		return err
+	}
+	return tx.putJSON(reservationKey(rid), r)
+}
+
+// DeleteReservation removes a request's reservation record.
+func (tx *Tx) DeleteReservation(requestID string) (bool, error) {
+	rid, err := sanitizeID(requestID)
+	if err != nil {
+		return false, err
+	}
+	return tx.del(reservationKey(rid))
+}
+
+// Reservations lists every reservation record.
+func (tx *Tx) Reservations() ([]Reservation, error) {
+	var out []Reservation
+	err := tx.scan([]byte(reservePrefix), func(key, val []byte) error {
+		var r Reservation
+		if err := json.Unmarshal(val, &r); err != nil {
+			return fmt.Errorf("storage: decode %s: %w", key, err)
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// --- NTP ---
+
+// NTP returns the persisted NTP state.
+func (tx *Tx) NTP() (NTPState, bool, error) {
+	var st NTPState
+	ok, err := tx.getJSON([]byte(ntpKey), &st)
+	return st, ok, err
+}
+
+// PutNTP writes the NTP state.
+func (tx *Tx) PutNTP(st NTPState) error { return tx.putJSON([]byte(ntpKey), st) }
+
+func sortTasks(ts []ClockTask) {
+	sort.Slice(ts, func(i, j int) bool {
+		if ts[i].DueAt != ts[j].DueAt {
+			return ts[i].DueAt < ts[j].DueAt
+		}
+		return ts[i].TaskID < ts[j].TaskID
+	})
+}
+
+// slogBridge adapts slog to Badger's logger; Badger is set to WARNING so
+// info and debug lines never reach it.
+type slogBridge struct{ l *slog.Logger }
+
+func (b slogBridge) Errorf(f string, a ...any) {
+	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
+
+func (b slogBridge) Warningf(f string, a ...any) {
+	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
+
+func (b slogBridge) Infof(f string, a ...any) {
+	b.l.Debug(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
+
+func (b slogBridge) Debugf(f string, a ...any) {
+	b.l.Debug(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
