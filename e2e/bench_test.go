@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -11,23 +14,27 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chimehq/chime/host"
 )
 
-// BenchmarkProxyOverhead measures chime proxy with chime.wasm against the
-// same proxy without the wasm filter, side by side in one run (rounds
-// interleave the two so machine noise hits both), for 1 KB and 1 MB LLM
-// request bodies. It prints requests/s, p50 and p99, and the ratios.
+// BenchmarkProxyOverhead measures chime proxy with chime.wasm and the real
+// host service (Badger on disk, in-process) against the same proxy without
+// the wasm filter, side by side in one run (rounds interleave the two so
+// machine noise hits both), for 1 KB and 1 MB LLM request bodies with a
+// session. It prints requests/s, p50 and p99, the throughput ratio and the
+// added p50 latency of the request path.
 func BenchmarkProxyOverhead(b *testing.B) {
 	upstream := newRecorder(b, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("content-type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
 	})
 	upstream.handler = discardRecording(upstream)
-	host := newRecorder(b, nil)
-	host.handler = discardRecording(host)
+	hostPort := startHostService(b)
 	local := backends()[0]
-	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: host.port()})
-	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: host.port(), withoutWasm: true})
+	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
+	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin})
+	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, withoutWasm: true})
 
 	type size struct {
 		name     string
@@ -58,6 +65,24 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 	}
 	fmt.Fprint(os.Stdout, table.String())
+}
+
+// startHostService runs the real host service in-process on a free port.
+func startHostService(b *testing.B) int {
+	b.Helper()
+	svc, err := host.New(host.Config{DataDir: b.TempDir(), Token: hostToken}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Serve(ctx, ln) }()
+	b.Cleanup(func() { cancel(); <-done; svc.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // discardRecording keeps the recorder from holding every benchmark body.
@@ -130,7 +155,10 @@ func runLoad(b *testing.B, url string, body []byte, n, concurrency int) loadResu
 					return
 				}
 				t0 := time.Now()
-				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+				req.Header.Set("content-type", "application/json")
+				req.Header.Set("x-chime-session", fmt.Sprintf("bench-%d", i%16))
+				resp, err := client.Do(req)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 )
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello"}]}`
@@ -39,7 +40,10 @@ func TestJSONThroughFilter(t *testing.T) {
 		ups := upstream.requests()
 		require.Len(t, ups, 1)
 		assert.Equal(t, "/v1/chat/completions", ups[0].Path)
-		assert.JSONEq(t, chatBody, string(ups[0].Body), "the upstream must receive the whole body")
+		got0 := gjson.GetBytes(ups[0].Body, "messages.0").Raw
+		assert.JSONEq(t, `{"role":"user","content":"hello"}`, got0, "the upstream must receive the whole original body")
+		assert.Equal(t, int64(2), gjson.GetBytes(ups[0].Body, "messages.#").Int(), "plus exactly one appended time tag")
+		assert.True(t, strings.HasPrefix(gjson.GetBytes(ups[0].Body, "messages.1.content").String(), "[Time/Date]: "))
 
 		calls := host.requests()
 		require.Len(t, calls, 1, "the filter must call the host once per LLM request")
@@ -83,7 +87,10 @@ func TestHostDownFailsOpen(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Len(t, upstream.requests(), 1)
-		assert.Contains(t, string(upstream.requests()[0].Body), `"content":"hi"`)
+		body := upstream.requests()[0].Body
+		assert.Equal(t, "hi", gjson.GetBytes(body, "messages.0.content.0.text").String(), "%s", body)
+		assert.True(t, strings.HasPrefix(gjson.GetBytes(body, "messages.0.content.1.text").String(), "[Time/Date]: "),
+			"fail open still tags the time: %s", body)
 	})
 }
 

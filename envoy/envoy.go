@@ -10,6 +10,7 @@ package envoy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,7 +52,22 @@ type Options struct {
 	Workers int
 	// Logger receives runtime and plugin logs. Default: slog.Default().
 	Logger *slog.Logger
+	// UpstreamOverride, when set, points cluster "llm" at a provider base
+	// URL such as https://api.openai.com or http://127.0.0.1:9000 (SPEC §12
+	// `chime up --upstream`, CHIME_UPSTREAM): its endpoint becomes the
+	// URL's host:port, https turns on TLS with SNI = host verified against
+	// the system roots, and routes to "llm" send :authority = host. The
+	// rest of the config file applies unchanged. A bad URL, or a config
+	// without cluster "llm", fails Start.
+	UpstreamOverride string
 }
+
+// UpstreamCluster is the provider cluster UpstreamOverride replaces (SPEC §12).
+const UpstreamCluster = "llm"
+
+// overrideRootCAs replaces the system roots for UpstreamOverride; tests
+// set it to trust their loopback server.
+var overrideRootCAs *x509.CertPool
 
 // Server is a running runtime.
 type Server struct {
@@ -88,6 +104,17 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	cfg, err := config.Load(opt.ConfigPath)
 	if err != nil {
 		return nil, err
+	}
+	if opt.UpstreamOverride != "" {
+		o, err := cfg.OverrideUpstream(UpstreamCluster, opt.UpstreamOverride)
+		if err != nil {
+			return nil, err
+		}
+		if tls := cfg.Cluster(UpstreamCluster).TLS; tls != nil && overrideRootCAs != nil {
+			tls.RootCAs = overrideRootCAs
+		}
+		opt.Logger.Info("upstream override", "cluster", o.Cluster, "url", opt.UpstreamOverride,
+			"endpoint", o.Endpoint, "type", o.Type, "tls", o.TLS, "authority", o.Host)
 	}
 	if err := checkWasmFiles(cfg); err != nil {
 		return nil, err

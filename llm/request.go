@@ -45,13 +45,13 @@ type Request struct {
 	removed  int
 	stripped bool
 
-	streamEdit  int // index into edits, or -1
-	streamVal   bool
-	inputEdit   int // Responses: the edit holding a rebuilt input array
-	newUserEdit int // Messages: the user message AppendUserText created
-	toolsEdit   int // the edit holding a whole new tools array
-	toolList    []namedTool
-	injected    map[string]int // tool name → edit index; -1 for toolList
+	streamEdit int // index into edits, or -1
+	streamVal  bool
+	inputEdit  int // Responses: the edit holding a rebuilt input array
+	finalEdit  int // Messages: the edit holding the final user turn's rebuilt content
+	toolsEdit  int // the edit holding a whole new tools array
+	toolList   []namedTool
+	injected   map[string]int // tool name → edit index; -1 for toolList
 }
 
 // span is a value's byte range [s, e) in the original body; s < 0 when absent.
@@ -75,6 +75,7 @@ type edit struct {
 	repl        []byte
 	tail        int
 	placeholder bool // repl is StrippedPlaceholder standing in for emptied text
+	member      bool // a new top-level member: goes after a value ending at the same offset
 }
 
 type namedTool struct {
@@ -101,7 +102,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 		proto: p, body: body,
 		model: noSpan, stream: noSpan, messages: noSpan, input: noSpan,
 		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan,
-		streamEdit: -1, inputEdit: -1, newUserEdit: -1, toolsEdit: -1,
+		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
 	}
 	// Validation and indexing share one pass over the body.
 	top := reqscan.SkipSpace(body, 0)
@@ -293,7 +294,10 @@ func (r *Request) Bytes() []byte {
 		if c := cmp.Compare(ea.start, eb.start); c != 0 {
 			return c
 		}
-		return cmp.Compare(ea.end, eb.end)
+		if c := cmp.Compare(ea.end, eb.end); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(ea.member), b2i(eb.member))
 	})
 	out := make([]byte, 0, size)
 	at := 0
@@ -310,6 +314,13 @@ func (r *Request) Bytes() []byte {
 	out = append(out, r.body[at:]...)
 	r.out, r.dirty = out, false
 	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (r *Request) addEdit(e edit) int {
@@ -346,7 +357,9 @@ func (r *Request) insertAt(pos int, empty bool, item []byte, tail int) int {
 
 // insertMember adds a `"key":value` member to the top-level object.
 func (r *Request) insertMember(member []byte, tail int) int {
-	return r.insertAt(r.topInsert, r.topEmpty, member, tail)
+	i := r.insertAt(r.topInsert, r.topEmpty, member, tail)
+	r.edits[i].member = true
+	return i
 }
 
 // appendInto adds item to the open array at the end of edit ei's repl.

@@ -64,20 +64,7 @@ func (r *Request) appendResponses(text string) error {
 	case !r.input.ok():
 		r.inputEdit = r.insertMember(append(append([]byte(`"input":[`), item...), ']'), 1)
 	case r.inputString:
-		// The string may already carry a strip edit; build on its result.
-		cur, ei := r.current(r.input)
-		list := []byte{'['}
-		if string(cur) != `""` {
-			list = append(append(list, inputItem(cur)...), ',')
-		}
-		list = append(append(list, item...), ']')
-		if ei >= 0 {
-			r.edits[ei].repl, r.edits[ei].tail, r.edits[ei].placeholder = list, 1, false
-			r.inputEdit = ei
-			r.dirty = true
-		} else {
-			r.inputEdit = r.addEdit(edit{start: r.input.s, end: r.input.e, repl: list, tail: 1})
-		}
+		r.inputEdit = r.listFromString(r.input, `{"type":"message","role":"user","content":[{"type":"input_text","text":`, `}]}`, item)
 	case r.body[r.input.s] == 'n': // null
 		r.inputEdit = r.addEdit(edit{start: r.input.s, end: r.input.e,
 			repl: append(append([]byte{'['}, item...), ']'), tail: 1})
@@ -90,40 +77,22 @@ func (r *Request) appendResponses(text string) error {
 func (r *Request) appendMessages(text string) error {
 	quoted := reqscan.AppendQuote(nil, text)
 	block := textBlock(quoted)
-	if r.newUserEdit >= 0 {
-		r.appendInto(r.newUserEdit, block)
+	if r.finalEdit >= 0 {
+		r.appendInto(r.finalEdit, block)
 		return nil
 	}
 	if len(r.msgs) == 0 || !r.msgs[len(r.msgs)-1].user {
 		msg := append(append([]byte(`{"role":"user","content":[`), block...), "]}"...)
-		r.newUserEdit = r.insertAt(r.listInsert, r.listEmpty, msg, 2)
+		r.finalEdit = r.insertAt(r.listInsert, r.listEmpty, msg, 2)
 		return nil
 	}
-	last := r.msgs[len(r.msgs)-1]
-	c := last.content
+	c := r.msgs[len(r.msgs)-1].content
 	if !c.ok() {
 		return fmt.Errorf("%w: final user message has no content", ErrBodyShape)
 	}
-	if ei := r.editAt(c); ei >= 0 && r.edits[ei].tail > 0 { // already rebuilt as a list
-		r.appendInto(ei, block)
-		return nil
-	}
 	switch r.body[c.s] {
 	case '"':
-		cur, ei := r.current(c)
-		list := []byte{'['}
-		if ei < 0 || !r.edits[ei].placeholder {
-			if string(cur) != `""` {
-				list = append(append(list, textBlock(cur)...), ',')
-			}
-		}
-		list = append(append(list, block...), ']')
-		if ei >= 0 {
-			r.edits[ei].repl, r.edits[ei].tail, r.edits[ei].placeholder = list, 1, false
-			r.dirty = true
-		} else {
-			r.addEdit(edit{start: c.s, end: c.e, repl: list, tail: 1})
-		}
+		r.finalEdit = r.listFromString(c, `{"type":"text","text":`, `}`, block)
 	case '[':
 		// Text replaces a placeholder this message got from stripping.
 		for i := range r.edits {
@@ -137,9 +106,30 @@ func (r *Request) appendMessages(text string) error {
 		pos, empty := r.arrayEnd(c)
 		r.insertAt(pos, empty, block, 0)
 	case 'n':
-		r.addEdit(edit{start: c.s, end: c.e, repl: append(append([]byte{'['}, block...), ']'), tail: 1})
+		r.finalEdit = r.addEdit(edit{start: c.s, end: c.e, repl: append(append([]byte{'['}, block...), ']'), tail: 1})
 	default:
 		return fmt.Errorf("%w: final user message content is neither a string nor a list", ErrBodyShape)
 	}
 	return nil
+}
+
+// listFromString turns the string value at sp into a list whose first
+// element is open+string+close, followed by item, and returns the edit
+// later items go into. The string is not copied, so stripping it works
+// whether it happens before or after. A string that is empty, or that
+// stripping emptied, is dropped instead of wrapped.
+func (r *Request) listFromString(sp span, open, close string, item []byte) int {
+	cur, ei := r.current(sp)
+	if string(cur) == `""` || (ei >= 0 && r.edits[ei].placeholder) {
+		list := append(append([]byte{'['}, item...), ']')
+		if ei < 0 {
+			return r.addEdit(edit{start: sp.s, end: sp.e, repl: list, tail: 1})
+		}
+		e := &r.edits[ei]
+		e.repl, e.tail, e.placeholder = list, 1, false
+		r.dirty = true
+		return ei
+	}
+	r.addEdit(edit{start: sp.s, end: sp.s, repl: []byte("[" + open)})
+	return r.addEdit(edit{start: sp.e, end: sp.e, repl: append(append([]byte(close+","), item...), ']'), tail: 1})
 }

@@ -39,12 +39,15 @@ func requestSeeds(f *testing.F) [][]byte {
 
 func FuzzRequestEdit(f *testing.F) {
 	for _, b := range requestSeeds(f) {
-		for p := Chat; p <= Messages; p++ {
-			f.Add(uint8(p), b)
+		for mode := uint8(0); mode < 6; mode++ {
+			f.Add(mode, b)
 		}
 	}
-	f.Fuzz(func(t *testing.T, pb uint8, body []byte) {
-		p := Protocol(pb%3) + Chat
+	// mode picks the protocol and whether stripping comes first, as in the
+	// filter, or last; the result must be valid either way.
+	f.Fuzz(func(t *testing.T, mode uint8, body []byte) {
+		p := Protocol(mode%3) + Chat
+		stripLast := mode/3%2 == 1
 		r, err := ParseRequest(p, body)
 		if errors.Is(err, ErrMalformedJSON) != !json.Valid(body) {
 			t.Fatalf("ParseRequest error %v but json.Valid=%v", err, json.Valid(body))
@@ -54,7 +57,9 @@ func FuzzRequestEdit(f *testing.F) {
 		}
 		userBefore, otherBefore := texts(t, p, body)
 		r.Directives()
-		r.StripDirectives()
+		if !stripLast {
+			r.StripDirectives()
+		}
 		const tag1, tag2 = "[Time/Date]: now", "second"
 		if err := r.AppendUserText(tag1); err != nil {
 			if !errors.Is(err, ErrBodyShape) {
@@ -67,6 +72,9 @@ func FuzzRequestEdit(f *testing.F) {
 			t.Fatal(err)
 		}
 		r.SetStream(!r.Stream())
+		if stripLast {
+			r.StripDirectives()
+		}
 		out := r.Bytes()
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON out:\n%s\nfrom:\n%s", out, body)

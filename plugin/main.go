@@ -6,6 +6,10 @@
 package main
 
 import (
+	// The guest has no file system: embed the IANA zone database so every
+	// zone renders in the time tag, DST included (SPEC §5).
+	_ "time/tzdata"
+
 	"github.com/chimehq/chime/plugin/internal/filter"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )

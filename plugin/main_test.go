@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	_ "time/tzdata" // the native side of the comparison must know the zones too
 
 	"github.com/chimehq/chime/plugin/internal/wasmcheck"
 	"github.com/tetratelabs/wazero"
@@ -107,10 +110,13 @@ type harness struct {
 
 	reqHeaders map[uint32][][2]string
 	reqBody    map[uint32][]byte
+	setBody    map[uint32][]byte // bodies the guest replaced
 	continued  map[uint32]int
 	calls      []harnessCall
 	callResp   [][2]string
+	callBody   []byte
 	metrics    []uint64
+	tickMs     uint32
 }
 
 type harnessCall struct {
@@ -127,6 +133,7 @@ const (
 	statusNotFound             = 1
 	wasiENOSYS                 = 52
 	bufferHttpRequestBody      = 0
+	bufferHttpCallResponseBody = 4
 	bufferPluginConfiguration  = 7
 	mapHttpRequestHeaders      = 0
 	mapHttpCallResponseHeaders = 6
@@ -178,7 +185,7 @@ func newHarness(t testing.TB, config string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	h := &harness{t: t, ctx: ctx, config: []byte(config), reqHeaders: map[uint32][][2]string{},
-		reqBody: map[uint32][]byte{}, continued: map[uint32]int{}}
+		reqBody: map[uint32][]byte{}, setBody: map[uint32][]byte{}, continued: map[uint32]int{}}
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
 	t.Cleanup(func() { r.Close(ctx) })
 
@@ -294,11 +301,26 @@ func (h *harness) envFunctions() map[string]any {
 				b = h.config
 			case bufferHttpRequestBody:
 				b = h.reqBody[h.effective]
+			case bufferHttpCallResponseBody:
+				b = h.callBody
 			default:
 				return statusNotFound
 			}
 			lo, hi := min(uint64(start), uint64(len(b))), min(uint64(start)+uint64(max), uint64(len(b)))
 			return h.give(ctx, m, b[lo:hi], ptrPtr, sizePtr)
+		},
+		"proxy_set_buffer_bytes": func(_ context.Context, m api.Module, buf, start, size, ptr, n uint32) uint32 {
+			if buf != bufferHttpRequestBody || start != 0 || int(size) < len(h.reqBody[h.effective]) {
+				h.t.Errorf("set_buffer_bytes(%d, %d, %d): only whole request body replacement is expected", buf, start, size)
+				return 2
+			}
+			h.reqBody[h.effective] = h.read(m, ptr, n)
+			h.setBody[h.effective] = h.reqBody[h.effective]
+			return statusOK
+		},
+		"proxy_set_tick_period_milliseconds": func(ms uint32) uint32 {
+			h.tickMs = ms
+			return statusOK
 		},
 		"proxy_get_header_map_pairs": func(ctx context.Context, m api.Module, mapType, ptrPtr, sizePtr uint32) uint32 {
 			return h.give(ctx, m, encodePairs(h.headerMap(mapType)), ptrPtr, sizePtr)
@@ -366,7 +388,7 @@ func TestModuleRunsRequestsUnderWazero(t *testing.T) {
 	h.start()
 
 	const requests, chunk = 200, 128 << 10
-	part := bytes.Repeat([]byte("x"), chunk)
+	full := llmBody(2 * chunk)
 	for i := range requests {
 		id := uint32(2 + i)
 		h.effective = id
@@ -379,11 +401,11 @@ func TestModuleRunsRequestsUnderWazero(t *testing.T) {
 		if slices.ContainsFunc(h.reqHeaders[id], func(kv [2]string) bool { return kv[0] == "content-length" }) {
 			t.Fatalf("request %d: content-length kept", i)
 		}
-		h.reqBody[id] = part
+		h.reqBody[id] = full[:chunk]
 		if a := h.call("proxy_on_request_body", id, chunk, 0); a != 1 {
 			t.Fatalf("request %d: partial body action %d, want Pause", i, a)
 		}
-		h.reqBody[id] = append(bytes.Clone(part), part...)
+		h.reqBody[id] = full
 		if a := h.call("proxy_on_request_body", id, 2*chunk, 1); a != 1 {
 			t.Fatalf("request %d: final body action %d, want Pause", i, a)
 		}
@@ -391,18 +413,26 @@ func TestModuleRunsRequestsUnderWazero(t *testing.T) {
 			t.Fatalf("request %d: %d http calls", i, len(h.calls))
 		}
 		c := h.calls[i]
-		var body map[string]string
-		if err := json.Unmarshal(c.body, &body); err != nil || body["protocol"] != "responses" || body["requestId"] != fmt.Sprintf("r%d", i) {
+		var body struct {
+			RequestID, Protocol string
+			Directives          []struct{ Kind, Route string }
+		}
+		if err := json.Unmarshal(c.body, &body); err != nil || body.Protocol != "responses" || body.RequestID != fmt.Sprintf("r%d", i) ||
+			len(body.Directives) != 1 || body.Directives[0].Route != "fast" {
 			t.Fatalf("request %d: prepare body %s (%v)", i, c.body, err)
 		}
 		if c.cluster != "chime_host" || c.timeout != 300 || !slices.Contains(c.headers, [2]string{"authorization", "Bearer t0k"}) {
 			t.Fatalf("request %d: call %+v", i, c)
 		}
 
-		h.effective, h.callResp = 1, [][2]string{{":status", "200"}}
-		h.call("proxy_on_http_call_response", 1, c.id, 1, 0, 0)
+		h.answer(c.id, [][2]string{{":status", "200"}}, `{"ntp":{"status":"ok","offsetMs":-12}}`)
 		if h.continued[id] != 1 {
 			t.Fatalf("request %d: continued %d times", i, h.continued[id])
+		}
+		sent := string(h.setBody[id])
+		if !strings.HasSuffix(sent, "ntpOffsetMs=`-12`\"}]}]}") || strings.Contains(sent, "<**") ||
+			len(sent) < 2*chunk-100 {
+			t.Fatalf("request %d: forwarded body ends %q", i, sent[max(0, len(sent)-200):])
 		}
 
 		h.effective = id
@@ -418,6 +448,7 @@ func TestModuleRunsRequestsUnderWazero(t *testing.T) {
 		}
 		h.call("proxy_on_delete", id)
 		delete(h.reqBody, id)
+		delete(h.setBody, id)
 	}
 
 	if h.polls != 0 {
@@ -450,11 +481,12 @@ func TestModuleFailsOpenAndRejectsBadConfig(t *testing.T) {
 	h.effective = 2
 	h.call("proxy_on_context_create", 2, 1)
 	h.reqHeaders[2] = [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}}
-	if a := h.call("proxy_on_request_headers", 2, 2, 1); a != 1 {
-		t.Fatalf("headers-only request action %d, want Pause while preparing", a)
+	h.call("proxy_on_request_headers", 2, 2, 0)
+	h.reqBody[2] = []byte(`{"messages":[]}`)
+	if a := h.call("proxy_on_request_body", 2, uint32(len(h.reqBody[2])), 1); a != 1 {
+		t.Fatalf("body action %d, want Pause while preparing", a)
 	}
-	h.effective, h.callResp = 1, nil
-	h.call("proxy_on_http_call_response", 1, h.calls[0].id, 0, 0, 0)
+	h.answer(h.calls[0].id, nil, "")
 	if h.continued[2] != 1 || h.metrics[1] != 1 {
 		t.Fatalf("after failed call: continued %d, failures %d", h.continued[2], h.metrics[1])
 	}
@@ -472,32 +504,100 @@ func TestModuleFailsOpenAndRejectsBadConfig(t *testing.T) {
 }
 
 // BenchmarkRequestLifecycle measures one full handled request through
-// chime.wasm under wazero (12 guest callbacks, 64 KiB body).
+// chime.wasm under wazero (12 guest callbacks): buffer, parse, strip a
+// directive, prepare, append the time tag, replace the body, commit path.
 func BenchmarkRequestLifecycle(b *testing.B) {
-	h := newHarness(b, "")
+	for _, size := range []int{64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			h := newHarness(b, "")
+			h.start()
+			body := llmBody(size)
+			b.SetBytes(int64(size))
+			id := uint32(1)
+			for b.Loop() {
+				id++
+				h.effective = id
+				h.call("proxy_on_context_create", id, 1)
+				h.reqHeaders[id] = [][2]string{{":method", "POST"}, {":path", "/v1/responses"}, {"x-request-id", "r"}}
+				h.call("proxy_on_request_headers", id, 3, 0)
+				h.reqBody[id] = body
+				h.call("proxy_on_request_body", id, uint32(len(body)), 1)
+				h.answer(h.calls[len(h.calls)-1].id, [][2]string{{":status", "200"}}, `{"ntp":{"status":"ok","offsetMs":3}}`)
+				h.effective = id
+				h.call("proxy_on_response_headers", id, 1, 0)
+				h.call("proxy_on_response_body", id, 10, 1)
+				h.call("proxy_on_log", id)
+				h.call("proxy_on_done", id)
+				h.call("proxy_on_delete", id)
+				delete(h.reqHeaders, id)
+				delete(h.reqBody, id)
+				delete(h.setBody, id)
+			}
+			if h.polls != 0 || h.continued[id] != 1 || len(h.calls) == 0 {
+				b.Fatalf("polls %d, continued %d, calls %d", h.polls, h.continued[id], len(h.calls))
+			}
+		})
+	}
+}
+
+// llmBody is a Responses request of size bytes whose user text carries a
+// directive.
+func llmBody(size int) []byte {
+	head, tail := `{"model":"m","input":[{"role":"user","content":"<**route:fast**>`, `"}]}`
+	b := append([]byte(head), bytes.Repeat([]byte("x"), size-len(head)-len(tail))...)
+	return append(b, tail...)
+}
+
+// answer delivers the response of http call id on the plugin context; nil
+// headers report a failed call.
+func (h *harness) answer(id uint32, headers [][2]string, body string) {
+	h.t.Helper()
+	h.effective, h.callResp, h.callBody = 1, headers, []byte(body)
+	h.call("proxy_on_http_call_response", 1, id, uint32(len(headers)), uint32(len(body)), 0)
+	h.callResp, h.callBody = nil, nil
+}
+
+var tagRE = regexp.MustCompile("utc=`([^`]+)` local=`([^`]+)` tz=`([^`]+)` nowMs=`(-?\\d+)` ntpOffsetMs=`(-?\\d+)`")
+
+// TestModuleRendersZones: chime.wasm carries its own zone database (there
+// is no file system in the guest), so a zone from the configuration or the
+// request header renders with its real offset, DST included.
+func TestModuleRendersZones(t *testing.T) {
+	h := newHarness(t, `{"defaultTimezone":"America/Los_Angeles"}`)
 	h.start()
-	body := bytes.Repeat([]byte("y"), 64<<10)
-	id := uint32(1)
-	for b.Loop() {
-		id++
+	if h.tickMs != 30_000 {
+		t.Errorf("tick period %d ms", h.tickMs)
+	}
+	for i, zone := range []string{"Asia/Kathmandu", "", "Australia/Lord_Howe", "Not/AZone"} {
+		id := uint32(10 + i)
 		h.effective = id
 		h.call("proxy_on_context_create", id, 1)
-		h.reqHeaders[id] = [][2]string{{":method", "POST"}, {":path", "/v1/messages"}, {"x-request-id", "r"}}
+		h.reqHeaders[id] = [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {"x-chime-timezone", zone}}
 		h.call("proxy_on_request_headers", id, 3, 0)
-		h.reqBody[id] = body
-		h.call("proxy_on_request_body", id, uint32(len(body)), 1)
-		h.effective, h.callResp = 1, [][2]string{{":status", "200"}}
-		h.call("proxy_on_http_call_response", 1, h.calls[len(h.calls)-1].id, 1, 0, 0)
-		h.effective = id
-		h.call("proxy_on_response_headers", id, 1, 0)
-		h.call("proxy_on_response_body", id, 10, 1)
-		h.call("proxy_on_log", id)
-		h.call("proxy_on_done", id)
-		h.call("proxy_on_delete", id)
-		delete(h.reqHeaders, id)
-		delete(h.reqBody, id)
-	}
-	if h.polls != 0 || h.continued[id] != 1 {
-		b.Fatalf("polls %d, continued %d", h.polls, h.continued[id])
+		h.reqBody[id] = []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
+		h.call("proxy_on_request_body", id, uint32(len(h.reqBody[id])), 1)
+		h.answer(h.calls[len(h.calls)-1].id, nil, "") // fail open: the filter's own clock
+		m := tagRE.FindStringSubmatch(string(h.setBody[id]))
+		if m == nil {
+			t.Fatalf("%q: no time tag in %s", zone, h.setBody[id])
+		}
+		want := zone
+		if zone == "" || zone == "Not/AZone" {
+			want = "America/Los_Angeles"
+		}
+		loc, err := time.LoadLocation(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		utc, err := time.Parse("2006-01-02T15:04:05.000Z", m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if local := utc.In(loc).Format("2006-01-02 15:04:05.000 -07:00"); m[2] != local || m[3] != want {
+			t.Errorf("%q: tag local=%s tz=%s, want %s %s", zone, m[2], m[3], local, want)
+		}
+		if now := time.Now(); utc.Before(now.Add(-time.Minute)) || utc.After(now.Add(time.Minute)) {
+			t.Errorf("%q: tag time %s is not now", zone, utc)
+		}
 	}
 }

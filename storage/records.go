@@ -7,6 +7,7 @@ type Session struct {
 	CreatedAt   int64  `json:"createdAt"`
 	LastSeenAt  int64  `json:"lastSeenAt"`
 	LastChannel string `json:"lastChannel,omitempty"` // SPEC §10: channel of the last interaction
+	Route       string `json:"route,omitempty"`       // SPEC §4: pinned upstream route, "" = none
 }
 
 // ClockTask is one scheduled reminder (SPEC §6; seed 000 §3.1). Times are

@@ -19,6 +19,7 @@ type proxyFlags struct {
 	wasiProfile string
 	cacheDir    string
 	concurrency int
+	upstream    string // set by `chime up --upstream`
 }
 
 func (f *proxyFlags) register(cmd *cobra.Command) {
@@ -30,11 +31,12 @@ func (f *proxyFlags) register(cmd *cobra.Command) {
 
 func (f *proxyFlags) start(ctx context.Context) (*envoy.Server, error) {
 	return envoy.Start(ctx, envoy.Options{
-		ConfigPath:  f.config,
-		WASIProfile: f.wasiProfile,
-		CacheDir:    f.cacheDir,
-		Workers:     f.concurrency,
-		Logger:      newLogger(),
+		ConfigPath:       f.config,
+		WASIProfile:      f.wasiProfile,
+		CacheDir:         f.cacheDir,
+		Workers:          f.concurrency,
+		Logger:           newLogger(),
+		UpstreamOverride: f.upstream,
 	})
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -12,19 +14,43 @@ import (
 
 func newUpCommand() *cobra.Command {
 	var (
-		flags    proxyFlags
+		proxy    proxyFlags
+		hostF    hostFlags
 		mockAddr string
-		noMock   bool
+		upstream string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the demo stack: the local proxy and the mock provider",
-		Args:  cobra.NoArgs,
+		Short: "Run the demo stack: host service, local proxy and (unless --upstream) the mock provider",
+		Long: "Runs the host service, the local proxy with envoy.yaml and the mock provider in one process.\n" +
+			"With --upstream URL (or CHIME_UPSTREAM) the mock is not started and envoy.yaml's cluster \"llm\"\n" +
+			"points at URL instead (https uses TLS with the system roots).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
 			out := cmd.OutOrStdout()
-			errc := make(chan error, 1)
-			if !noMock {
+			if upstream == "" {
+				upstream = os.Getenv("CHIME_UPSTREAM")
+			}
+			errc := make(chan error, 2)
+
+			svc, hcfg, err := hostF.service()
+			if err != nil {
+				return err
+			}
+			hostDone := make(chan struct{})
+			go func() {
+				defer close(hostDone)
+				if err := svc.Run(ctx); err != nil {
+					errc <- fmt.Errorf("host: %w", err)
+				}
+			}()
+			// The host closes its store when Run returns; wait for that on exit.
+			defer func() { cancel(); <-hostDone }()
+			fmt.Fprintf(out, "host service   http://%s (/api/sessions, /metrics; data %s)\n", hcfg.Addr, hcfg.DataDir)
+
+			if upstream == "" {
 				go func() {
 					if err := mockllm.New().ListenAndServe(ctx, mockAddr); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						errc <- fmt.Errorf("mock provider: %w", err)
@@ -32,7 +58,9 @@ func newUpCommand() *cobra.Command {
 				}()
 				fmt.Fprintf(out, "mock provider  http://%s\n", mockAddr)
 			}
-			srv, err := flags.start(ctx)
+
+			proxy.upstream = upstream
+			srv, err := proxy.start(ctx)
 			if err != nil {
 				return err
 			}
@@ -41,6 +69,9 @@ func newUpCommand() *cobra.Command {
 				fmt.Fprintf(out, "proxy %-8s http://%s\n", l.Name, l.Addr)
 			}
 			fmt.Fprintf(out, "proxy admin    http://%s\n", srv.AdminAddr())
+			if upstream != "" {
+				fmt.Fprintf(out, "upstream       %s\n", upstream)
+			}
 			select {
 			case <-ctx.Done():
 				return nil
@@ -49,8 +80,9 @@ func newUpCommand() *cobra.Command {
 			}
 		},
 	}
-	flags.register(cmd)
+	proxy.register(cmd)
+	hostF.register(cmd, "host-addr")
 	cmd.Flags().StringVar(&mockAddr, "mock-addr", defaultMockAddr, "mock provider listen address")
-	cmd.Flags().BoolVar(&noMock, "no-mock", false, "do not start the mock provider (envoy.yaml's llm cluster points elsewhere)")
+	cmd.Flags().StringVar(&upstream, "upstream", "", "provider URL for cluster llm instead of the mock (default $CHIME_UPSTREAM)")
 	return cmd
 }

@@ -38,9 +38,9 @@ func (e *Engine) Reserve(ctx context.Context, sessionID, requestID string, now t
 	if requestID == "" {
 		return nil, ErrNoRequestID
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	// Read first: most requests have nothing due and must not write.
+	// Read first, outside the lock: most requests have nothing due and must
+	// neither write nor wait behind another request's synchronous write.
+	// The transaction below re-checks under the lock.
 	tasks, err := e.store.ListTasks(sessionID)
 	if err != nil {
 		return nil, err
@@ -48,6 +48,8 @@ func (e *Engine) Reserve(ctx context.Context, sessionID, requestID string, now t
 	if !slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.injectable(t, requestID, now) }) {
 		return nil, nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	var out []Reminder
 	err = e.store.Update(func(tx *storage.Tx) error {
 		out = nil

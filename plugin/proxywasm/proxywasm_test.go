@@ -388,3 +388,58 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// lifetimes probes which maps and buffers the host lends in each phase.
+type lifetimes struct {
+	proxywasm.DefaultHttpContext
+	seen map[string]error
+}
+
+func (l *lifetimes) probe(phase string) {
+	_, err := proxywasm.GetHttpRequestHeader(":path")
+	l.seen[phase+" request header"] = err
+	_, err = proxywasm.GetHttpRequestBody(0, 10)
+	l.seen[phase+" request body"] = err
+}
+
+func (l *lifetimes) OnHttpRequestHeaders(int, bool) proxywasm.Action {
+	l.probe("headers")
+	return proxywasm.ActionContinue
+}
+
+func (l *lifetimes) OnHttpRequestBody(int, bool) proxywasm.Action {
+	l.probe("body")
+	return proxywasm.ActionContinue
+}
+
+func (l *lifetimes) OnHttpResponseHeaders(int, bool) proxywasm.Action {
+	l.probe("response")
+	return proxywasm.ActionContinue
+}
+
+func (l *lifetimes) OnHttpStreamDone() { l.probe("log") }
+
+// TestProxytestLendsMapsLikeEnvoy: request headers are readable only in
+// their own callback (and in the access-log phase), the body only in its
+// callback, as in Envoy and the local runtime.
+func TestProxytestLendsMapsLikeEnvoy(t *testing.T) {
+	l := &lifetimes{seen: map[string]error{}}
+	r := &recorder{vmStart: true, newStream: func(uint32) proxywasm.HttpContext { return l }}
+	h := start(t, r, "")
+	id := h.InitializeHttpContext()
+	h.CallOnRequestHeaders(id, [][2]string{{":path", "/"}}, false)
+	h.CallOnRequestBody(id, []byte("b"), true)
+	h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	h.CompleteHttpContext(id)
+	want := map[string]error{
+		"headers request header": nil, "headers request body": proxywasm.ErrNotFound,
+		"body request header": proxywasm.ErrBadArgument, "body request body": nil,
+		"response request header": proxywasm.ErrBadArgument, "response request body": proxywasm.ErrNotFound,
+		"log request header": nil, "log request body": proxywasm.ErrNotFound,
+	}
+	for k, w := range want {
+		if got := l.seen[k]; !errors.Is(got, w) {
+			t.Errorf("%s: err %v, want %v", k, got, w)
+		}
+	}
+}

@@ -6,6 +6,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"net"
 	"regexp"
 	"strconv"
@@ -94,6 +95,11 @@ type Route struct {
 	Cluster string
 	Timeout time.Duration // 0 = no timeout
 	Direct  *DirectResponse
+	// HostRewrite is host_rewrite_literal: the upstream :authority.
+	HostRewrite string
+	// AutoHostRewrite is auto_host_rewrite: the upstream :authority becomes
+	// the picked endpoint's hostname when it has one (Cluster.Hostnames).
+	AutoHostRewrite bool
 }
 
 // DirectResponse is RouteAction direct_response.
@@ -231,6 +237,34 @@ type Cluster struct {
 	BufferLimit    int
 	Network        string   // "tcp", or "tcp4"/"tcp6" per dns_lookup_family
 	Endpoints      []string // host:port, resolved at connect time for DNS types
+	// Hostnames holds, per endpoint, the name auto_host_rewrite and
+	// auto_host_sni use, by Envoy's rule: endpoint.hostname when set, else
+	// the DNS name for STRICT_DNS/LOGICAL_DNS, else "" (none).
+	Hostnames []string
+	// TLS is the envoy.transport_sockets.tls transport socket; nil means
+	// plaintext (no transport_socket, or raw_buffer).
+	TLS *UpstreamTLS
+}
+
+// UpstreamTLS is a cluster's UpstreamTlsContext (SPEC §12/§13: a public
+// provider behind cluster llm).
+type UpstreamTLS struct {
+	// SNI is the server_name sent ("" sends none, as in Envoy).
+	SNI string
+	// AutoHostSNI sends the endpoint's hostname as SNI instead (auto_host_sni).
+	AutoHostSNI bool
+	// RootCAs verifies the server's chain (validation_context.trusted_ca);
+	// nil means the system roots.
+	RootCAs *x509.CertPool
+	// VerifySNI also checks that the certificate is valid for the SNI sent.
+	// It is off with trusted_ca (Envoy checks the chain only) and on with
+	// the system roots, which Envoy would not verify at all.
+	VerifySNI bool
+	// ALPN is offered to the server; only "http/1.1" is ever offered, the
+	// one protocol the upstream transport speaks.
+	ALPN []string
+	// MinVersion and MaxVersion are tls.VersionTLS1x values (0 = Go's default).
+	MinVersion, MaxVersion uint16
 }
 
 // SelectVirtualHost picks the virtual host for an :authority with Envoy's

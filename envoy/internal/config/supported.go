@@ -86,6 +86,8 @@ var bootstrapFields = newAllowlist(
 	"static_resources.clusters.load_assignment.endpoints.lb_endpoints.endpoint.address.socket_address.address",
 	"static_resources.clusters.load_assignment.endpoints.lb_endpoints.endpoint.address.socket_address.port_value",
 	"static_resources.clusters.load_assignment.endpoints.lb_endpoints.endpoint.hostname",
+	"static_resources.clusters.transport_socket.name",
+	"static_resources.clusters.transport_socket.typed_config", // checked on its own
 	"admin.address.socket_address.address",
 	"admin.address.socket_address.port_value",
 	"admin.access_log_path", // admin access log: accepted, not written
@@ -106,6 +108,8 @@ var hcmFields = func() allowlist {
 		"route_config.virtual_hosts.routes.match.case_sensitive",
 		"route_config.virtual_hosts.routes.route.cluster",
 		"route_config.virtual_hosts.routes.route.timeout",
+		"route_config.virtual_hosts.routes.route.host_rewrite_literal",
+		"route_config.virtual_hosts.routes.route.auto_host_rewrite",
 		"route_config.virtual_hosts.routes.direct_response.status",
 		"route_config.virtual_hosts.routes.direct_response.body.inline_string",
 		"route_config.virtual_hosts.routes.direct_response.body.inline_bytes",

@@ -121,6 +121,11 @@ func translateCluster(c *clusterv3.Cluster) (*Cluster, error) {
 				return nil, fmt.Errorf("load_assignment: malformed IP address: %s (STATIC clusters need IPs)", sa.GetAddress())
 			}
 			cl.Endpoints = append(cl.Endpoints, net.JoinHostPort(sa.GetAddress(), fmt.Sprint(sa.GetPortValue())))
+			hostname := le.GetEndpoint().GetHostname()
+			if hostname == "" && cl.Type != "STATIC" {
+				hostname = sa.GetAddress()
+			}
+			cl.Hostnames = append(cl.Hostnames, hostname)
 		}
 	}
 	if cl.Type == "LOGICAL_DNS" && len(cl.Endpoints) != 1 {
@@ -128,6 +133,12 @@ func translateCluster(c *clusterv3.Cluster) (*Cluster, error) {
 	}
 	if len(cl.Endpoints) == 0 {
 		return nil, errors.New("load_assignment: no endpoints")
+	}
+	if ts := c.GetTransportSocket(); ts != nil {
+		var err error
+		if cl.TLS, err = translateTransportSocket(ts); err != nil {
+			return nil, err
+		}
 	}
 	return cl, nil
 }
@@ -330,6 +341,8 @@ func translateRoute(r *routev3.Route, where string) (*Route, error) {
 		}
 		out.Cluster = ra.GetCluster()
 		out.Timeout = durationOr(ra.GetTimeout(), DefaultRouteTimeout)
+		out.HostRewrite = ra.GetHostRewriteLiteral()
+		out.AutoHostRewrite = ra.GetAutoHostRewrite().GetValue()
 	case r.GetDirectResponse() != nil:
 		dr := r.GetDirectResponse()
 		body, err := dataSource(dr.GetBody())

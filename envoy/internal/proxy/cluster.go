@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/chimehq/chime/envoy/internal/config"
@@ -29,6 +32,10 @@ type Clusters struct {
 type cluster struct {
 	cfg       *config.Cluster
 	transport *http.Transport
+	dialer    *net.Dialer
+	network   string
+	scheme    string            // "https" with a TLS transport socket
+	sni       map[string]string // endpoint address → SNI to send
 	next      atomic.Uint64
 	rq        httpfilter.Metric
 	cxFail    httpfilter.Metric
@@ -49,25 +56,32 @@ func NewClusters(cfgs []*config.Cluster, st *stats.Store) *Clusters {
 			rq:        st.Counter("cluster."+c.Name+".upstream_rq_total", "cluster.upstream_rq_total", tag),
 			cxFail:    st.Counter("cluster."+c.Name+".upstream_cx_connect_fail", "cluster.upstream_cx_connect_fail", tag),
 			rqTimeout: st.Counter("cluster."+c.Name+".upstream_rq_timeout", "cluster.upstream_rq_timeout", tag),
+			dialer:    &net.Dialer{KeepAlive: 30 * time.Second},
+			network:   c.Network,
+			scheme:    "http",
 		}
-		dialer := &net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second}
-		network := c.Network
-		if network == "" {
-			network = "tcp"
+		if cl.network == "" {
+			cl.network = "tcp"
 		}
 		cl.transport = &http.Transport{
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				conn, err := dialer.DialContext(ctx, network, addr)
-				if err != nil {
-					cl.cxFail.Add(1)
-					return nil, &connectError{err}
-				}
-				return conn, nil
-			},
+			DialContext: cl.dial,
 			// The proxy forwards bytes as they are: no transparent gzip.
 			DisableCompression:  true,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     time.Hour,
+		}
+		if c.TLS != nil {
+			// https requests go through dialTLS; with a custom TLS dialer
+			// net/http does not switch to HTTP/2, so HTTP/1.1 it is.
+			cl.scheme = "https"
+			cl.transport.DialTLSContext = cl.dialTLS
+			cl.sni = map[string]string{}
+			for i, ep := range c.Endpoints {
+				cl.sni[ep] = c.TLS.SNI
+				if c.TLS.AutoHostSNI && i < len(c.Hostnames) && c.Hostnames[i] != "" {
+					cl.sni[ep] = c.Hostnames[i]
+				}
+			}
 		}
 		cs.byName[c.Name] = cl
 	}
@@ -81,21 +95,144 @@ func (cs *Clusters) Close() {
 	}
 }
 
-// pick returns the next endpoint address by the cluster's lb_policy.
-func (c *cluster) pick() string {
-	eps := c.cfg.Endpoints
-	if c.cfg.LBPolicy == "RANDOM" {
-		return eps[rand.IntN(len(eps))]
-	}
-	return eps[(c.next.Add(1)-1)%uint64(len(eps))]
+// endpoint is a picked upstream host.
+type endpoint struct {
+	addr     string // host:port
+	hostname string // for auto_host_rewrite ("" = none)
 }
 
-// connectError marks a failure to establish the upstream connection
-// (Envoy's "connection failure" reset reason).
-type connectError struct{ err error }
+// pick returns the next endpoint by the cluster's lb_policy.
+func (c *cluster) pick() endpoint {
+	n := len(c.cfg.Endpoints)
+	var i int
+	if c.cfg.LBPolicy == "RANDOM" {
+		i = rand.IntN(n)
+	} else {
+		i = int((c.next.Add(1) - 1) % uint64(n))
+	}
+	ep := endpoint{addr: c.cfg.Endpoints[i]}
+	if i < len(c.cfg.Hostnames) {
+		ep.hostname = c.cfg.Hostnames[i]
+	}
+	return ep
+}
 
-func (e *connectError) Error() string { return "connection failure: " + e.err.Error() }
+// dial opens the TCP connection; connect_timeout bounds it.
+func (c *cluster) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	if t := c.cfg.ConnectTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	conn, err := c.dialer.DialContext(ctx, c.network, addr)
+	if err != nil {
+		c.cxFail.Add(1)
+		return nil, &connectError{err: err, transport: transportFailure(err)}
+	}
+	return conn, nil
+}
+
+// dialTLS opens the connection and completes the TLS handshake. As in
+// Envoy, connect_timeout covers both, and a failed handshake is a connect
+// failure (the client gets 503).
+func (c *cluster) dialTLS(ctx context.Context, _, addr string) (net.Conn, error) {
+	if t := c.cfg.ConnectTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	raw, err := c.dialer.DialContext(ctx, c.network, addr)
+	if err != nil {
+		c.cxFail.Add(1)
+		return nil, &connectError{err: err, transport: transportFailure(err)}
+	}
+	conn := tls.Client(raw, c.tlsConfig(c.sni[addr]))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		c.cxFail.Add(1)
+		return nil, &connectError{err: err, remote: true, transport: tlsFailure(err)}
+	}
+	return conn, nil
+}
+
+// tlsConfig builds the client config for one SNI. Verification is done in
+// VerifyConnection because Envoy's trusted_ca checks the chain but not the
+// name, which crypto/tls cannot express otherwise.
+func (c *cluster) tlsConfig(sni string) *tls.Config {
+	t := c.cfg.TLS
+	verifyName := ""
+	if t.VerifySNI {
+		verifyName = sni
+	}
+	return &tls.Config{
+		ServerName:         sni,
+		NextProtos:         t.ALPN,
+		MinVersion:         t.MinVersion,
+		MaxVersion:         t.MaxVersion,
+		InsecureSkipVerify: true, // verified below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return &verifyError{errors.New("no server certificate")}
+			}
+			opts := x509.VerifyOptions{Roots: t.RootCAs, DNSName: verifyName, Intermediates: x509.NewCertPool()}
+			for _, ic := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(ic)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return &verifyError{err}
+			}
+			return nil
+		},
+	}
+}
+
+// verifyError is a rejected server certificate.
+type verifyError struct{ err error }
+
+func (e *verifyError) Error() string { return "certificate verify failed: " + e.err.Error() }
+func (e *verifyError) Unwrap() error { return e.err }
+
+// connectError marks a failure to establish the upstream connection
+// (Envoy's "connection failure" reset reason, "remote connection failure"
+// when the TLS handshake failed), with Envoy's transport failure reason.
+type connectError struct {
+	err       error
+	remote    bool
+	transport string
+}
+
+func (e *connectError) Error() string { return e.resetReason() + ": " + e.err.Error() }
 func (e *connectError) Unwrap() error { return e.err }
+
+func (e *connectError) resetReason() string {
+	if e.remote {
+		return "remote connection failure"
+	}
+	return "connection failure"
+}
+
+// transportFailure is Envoy's reason for a failed TCP connect.
+func transportFailure(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return fmt.Sprintf("delayed connect error: %d", int(errno))
+	}
+	return ""
+}
+
+// tlsFailure renders a handshake error the way Envoy (BoringSSL) reports
+// the common ones.
+func tlsFailure(err error) string {
+	var ve *verifyError
+	var rh tls.RecordHeaderError
+	switch {
+	case errors.As(err, &ve):
+		return "TLS_error:|268435581:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:TLS_error_end"
+	case errors.As(err, &rh):
+		return "TLS_error:|268435703:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER:TLS_error_end"
+	}
+	return "TLS_error:|" + err.Error() + ":TLS_error_end"
+}
 
 // hopByHop headers are connection-scoped and never forwarded.
 var hopByHop = map[string]bool{
@@ -104,11 +241,11 @@ var hopByHop = map[string]bool{
 }
 
 // newUpstreamRequest turns Envoy-style headers into an outgoing request.
-func (c *cluster) newUpstreamRequest(ctx context.Context, h httpfilter.Headers, body io.Reader, contentLength int64) (*http.Request, error) {
+func (c *cluster) newUpstreamRequest(ctx context.Context, ep endpoint, h httpfilter.Headers, body io.Reader, contentLength int64) (*http.Request, error) {
 	method, _ := h.Get(":method")
 	path, _ := h.Get(":path")
 	authority, _ := h.Get(":authority")
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+c.pick()+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+ep.addr+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +286,7 @@ func (cs *Clusters) Call(ctx context.Context, name string, headers httpfilter.He
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	req, err := c.newUpstreamRequest(ctx, headers, bytes.NewReader(body), int64(len(body)))
+	req, err := c.newUpstreamRequest(ctx, c.pick(), headers, bytes.NewReader(body), int64(len(body)))
 	if err != nil {
 		return nil, err
 	}

@@ -178,6 +178,7 @@ type setup struct {
 	upstreams   map[string]string     // cluster name → address
 	idleTimeout string
 	workers     int
+	clusters    string // extra YAML cluster entries
 }
 
 // start runs a proxy from YAML, so the tests exercise the real config path.
@@ -236,7 +237,7 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
   clusters:%s
-`, s.bufferLimit, s.idleTimeout, s.routes, s.extraVhosts, filters.String(), clusters.String())
+`, s.bufferLimit, s.idleTimeout, s.routes, s.extraVhosts, filters.String(), clusters.String()+s.clusters)
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)

@@ -571,7 +571,15 @@ func (s *stream) startUpstream() {
 		b := s.upQueue.drain()
 		body, length = bytes.NewReader(b), int64(len(b))
 	}
-	req, err := cl.newUpstreamRequest(ctx, *s.reqHeaders, body, length)
+	ep := cl.pick()
+	// Host rewrites happen in the router, after the decoder filters, on the
+	// stream's own headers (later readers such as on_log see them).
+	if s.route.HostRewrite != "" {
+		setAuthority(s.reqHeaders, s.route.HostRewrite)
+	} else if s.route.AutoHostRewrite && ep.hostname != "" {
+		setAuthority(s.reqHeaders, ep.hostname)
+	}
+	req, err := cl.newUpstreamRequest(ctx, ep, *s.reqHeaders, body, length)
 	if err != nil {
 		s.localReply(503, []byte("upstream connect error or disconnect/reset before headers. reset reason: "+err.Error()), nil, "upstream_reset_before_response_started{invalid_request}")
 		return
@@ -590,6 +598,17 @@ func (s *stream) startUpstream() {
 	s.upStart = time.Now()
 	s.upEvents = make(chan upEvent)
 	go runUpstream(ctx, cl, req, s.upEvents)
+}
+
+// setAuthority replaces :authority where it is, keeping pseudo-headers first.
+func setAuthority(h *httpfilter.Headers, v string) {
+	for i := range *h {
+		if (*h)[i].Key == ":authority" {
+			(*h)[i].Value = v
+			return
+		}
+	}
+	*h = append(httpfilter.Headers{{Key: ":authority", Value: v}}, *h...)
 }
 
 func runUpstream(ctx context.Context, cl *cluster, req *http.Request, out chan<- upEvent) {
@@ -649,13 +668,18 @@ func (s *stream) onUpstream(ev upEvent) {
 			s.doReset("upstream_reset_after_response_started")
 			return
 		}
-		reason := "connection termination"
+		reason, details := "connection termination", "connection_termination"
 		var ce *connectError
 		if errors.As(ev.err, &ce) {
-			reason = "connection failure"
+			reason = ce.resetReason()
+			details = strings.ReplaceAll(reason, " ", "_")
+			if ce.transport != "" {
+				reason += ", transport failure reason: " + ce.transport
+				details += "," + strings.ReplaceAll(ce.transport, " ", "_")
+			}
 		}
 		s.localReply(503, []byte("upstream connect error or disconnect/reset before headers. reset reason: "+reason),
-			nil, "upstream_reset_before_response_started{"+strings.ReplaceAll(reason, " ", "_")+"}")
+			nil, "upstream_reset_before_response_started{"+details+"}")
 	case upHeaders:
 		s.upGotHeaders = true
 		h := responseHeaders(ev.resp)

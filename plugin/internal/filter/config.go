@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/chimehq/chime/llm"
 )
 
 // Config is the plugin configuration: JSON in the Envoy wasm filter's
@@ -18,8 +20,11 @@ type Config struct {
 	HostAuthority string `json:"hostAuthority"`
 	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN), sent as
 	// a bearer token. Empty sends no authorization header.
-	Token            string `json:"token"`
-	TimeTag          bool   `json:"timeTag"`
+	Token string `json:"token"`
+	// TimeTag appends the SPEC §5 time tag to every non-followup request.
+	TimeTag bool `json:"timeTag"`
+	// DefaultTimezone is the time tag's zone when the request has no valid
+	// x-chime-timezone header (SPEC §5). It must be an IANA zone.
 	DefaultTimezone  string `json:"defaultTimezone"`
 	DueWindowMs      int64  `json:"dueWindowMs"`
 	RetentionMs      int64  `json:"retentionMs"`
@@ -99,8 +104,8 @@ func (c Config) validate() error {
 	if strings.ContainsAny(c.Token, "\r\n\x00") {
 		errs = append(errs, errors.New("token must not contain line breaks or NUL"))
 	}
-	if !validTimezoneName(c.DefaultTimezone) {
-		errs = append(errs, fmt.Errorf("defaultTimezone %q is not an IANA zone name", c.DefaultTimezone))
+	if _, err := llm.LoadTimezone(c.DefaultTimezone); err != nil {
+		errs = append(errs, fmt.Errorf("defaultTimezone %q is not an IANA zone", c.DefaultTimezone))
 	}
 	for _, r := range []struct {
 		name  string
@@ -116,24 +121,4 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// validTimezoneName checks the shape of an IANA name ("UTC",
-// "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5"). The
-// filter cannot load zoneinfo itself (no file I/O in the guest), so whether
-// the zone exists is decided where the zone database lives.
-func validTimezoneName(name string) bool {
-	if name == "" || len(name) > 64 || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") ||
-		strings.Contains(name, "//") || strings.Contains(name, "..") {
-		return false
-	}
-	for _, r := range name {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case r == '/', r == '_', r == '-', r == '+', r == '.':
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -1,55 +1,70 @@
-// Package filter is the chime HTTP filter that runs inside chime.wasm
-// (SPEC §1). At this stage it is nearly a pass-through that exercises the
-// real request path: it recognises the three LLM protocols, buffers the
-// request body, asks the host to prepare (proxy_http_call) and resumes the
-// request when the host answers or fails, failing open. Responses stream
-// through untouched.
+// Package filter is the chime HTTP filter that runs inside chime.wasm. It
+// implements the request path of SPEC §1: on the three LLM protocol paths
+// it buffers the request body, strips `<**…**>` directives, asks the host
+// to prepare (proxy_http_call), injects the server tools, the time tag
+// (§5) and due reminders (§6), and reports the reservation's outcome when
+// the response starts. When the host fails it fails open.
 //
 // Everything is callback-driven; nothing here may block (see proxywasm).
+// The files split the work: config.go (plugin configuration), request.go
+// (headers and body), prepare.go (the prepare call and the body rewrite),
+// outcome.go (commit/rollback), tick.go (NTP offset refresh) and
+// hostcall.go (calls to the host).
 package filter
 
 import (
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"math/rand/v2"
-	"strconv"
+	"time"
 
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
-// Header and path names shared with the host.
+// Metric names, exported on Envoy's Prometheus endpoint.
 const (
-	// FollowupHeader marks a host-issued followup request (SPEC §1); such
-	// requests pass through untouched. Its value is authenticated later.
-	FollowupHeader = "x-chime-followup"
-	// PreparePath is the host endpoint asked before forwarding (SPEC §1).
-	PreparePath = "/v1/filter/prepare"
-	// Metric names (exported on Envoy's Prometheus endpoint).
-	MetricRequests         = "chime_requests_total"
+	// MetricRequests counts POSTs on an LLM protocol path, followups included.
+	MetricRequests = "chime_requests_total"
+	// MetricHostCallFailures counts host calls that failed: no answer,
+	// non-2xx, an unreadable body, or a call that could not be sent.
 	MetricHostCallFailures = "chime_host_call_failures_total"
+	// MetricFailOpen counts requests forwarded without the host (SPEC §1).
+	MetricFailOpen = "chime_fail_open_total"
+	// MetricMalformed counts bodies forwarded unmodified because they do
+	// not parse (SPEC §14).
+	MetricMalformed = "chime_malformed_requests_total"
 )
 
-// PrepareRequest is the body of POST /v1/filter/prepare.
-type PrepareRequest struct {
-	Protocol  string `json:"protocol"`
-	Path      string `json:"path"`
-	RequestID string `json:"requestId"`
+// NewVMContext returns the filter's VM context for proxywasm.SetVMContext.
+func NewVMContext() proxywasm.VMContext { return vmContext{now: time.Now} }
+
+type vmContext struct {
+	proxywasm.DefaultVMContext
+	now func() time.Time // the wall clock; tests pin it
 }
 
-// NewVMContext returns the filter's VM context for proxywasm.SetVMContext.
-func NewVMContext() proxywasm.VMContext { return vmContext{} }
+func (v vmContext) NewPluginContext(uint32) proxywasm.PluginContext {
+	return &pluginContext{now: v.now, zones: map[string]*time.Location{}}
+}
 
-type vmContext struct{ proxywasm.DefaultVMContext }
-
-func (vmContext) NewPluginContext(uint32) proxywasm.PluginContext { return &pluginContext{} }
-
+// pluginContext is one configured filter. It owns what outlives a stream:
+// the configuration, the last NTP offset the host reported, the metrics
+// and the host calls.
 type pluginContext struct {
 	proxywasm.DefaultPluginContext
-	cfg          Config
-	requests     counter
-	hostFailures counter
+	cfg         Config
+	defaultZone *time.Location
+	now         func() time.Time
+
+	// ntpOffsetMs is the host's last reported NTP offset (SPEC §11); the
+	// time tag uses it when the host cannot be asked.
+	ntpOffsetMs int64
+	// stateCallAt is when the tick's state call was sent; zero when none
+	// is in flight.
+	stateCallAt time.Time
+	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
+	zones map[string]*time.Location
+
+	requests, hostFailures, failOpen, malformed counter
 }
 
 // counter is a metric that may be missing (a host without metrics must not
@@ -62,7 +77,7 @@ type counter struct {
 func defineCounter(name string) counter {
 	m, err := proxywasm.DefineCounterMetric(name)
 	if err != nil {
-		proxywasm.LogWarnf("chime: metric %s unavailable: %v", name, err)
+		proxywasm.LogWarnf("chime: cannot define metric %s: %v", name, err)
 		return counter{}
 	}
 	return counter{m: m, ok: true}
@@ -88,183 +103,58 @@ func (p *pluginContext) OnPluginStart(int) bool {
 		proxywasm.LogErrorf("chime: rejecting %v", err)
 		return false
 	}
-	p.cfg = cfg
+	zone, err := llm.LoadTimezone(cfg.DefaultTimezone)
+	if err != nil { // validated by ParseConfig; only a VM without tzdata gets here
+		proxywasm.LogErrorf("chime: rejecting plugin configuration: %v", err)
+		return false
+	}
+	p.cfg, p.defaultZone = cfg, zone
+	// The definition order is the metric ids' order; keep it stable.
 	p.requests = defineCounter(MetricRequests)
 	p.hostFailures = defineCounter(MetricHostCallFailures)
-	proxywasm.LogInfof("chime: filter started (host cluster %q, failOpen %v)", cfg.HostCluster, cfg.FailOpen)
+	p.failOpen = defineCounter(MetricFailOpen)
+	p.malformed = defineCounter(MetricMalformed)
+	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
+		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
+	}
+	proxywasm.LogInfof("chime: filter started (host cluster %q, failOpen %v, timeTag %v, default zone %s)",
+		cfg.HostCluster, cfg.FailOpen, cfg.TimeTag, zone)
 	return true
 }
 
-func (p *pluginContext) NewHttpContext(contextID uint32) proxywasm.HttpContext {
-	return &httpContext{plugin: p, contextID: contextID}
+func (p *pluginContext) NewHttpContext(uint32) proxywasm.HttpContext {
+	return &httpContext{plugin: p}
 }
 
-// httpContext is one stream. Only requests on a known protocol path are
-// handled; everything else continues at once.
-type httpContext struct {
-	proxywasm.DefaultHttpContext
-	plugin    *pluginContext
-	contextID uint32
+// maxCachedZones bounds the zone cache: the header is client-controlled.
+const maxCachedZones = 64
 
-	handled    bool // a known protocol, not a followup
-	protocol   llm.Protocol
-	path       string
-	requestID  string
-	body       []byte // the whole request body, once buffered
-	dispatched bool
-	streamDone bool
-}
-
-func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Action {
-	if _, err := proxywasm.GetHttpRequestHeader(FollowupHeader); err == nil {
-		return proxywasm.ActionContinue
+// zoneFor resolves the time tag's zone (SPEC §5): the x-chime-timezone
+// header if it names a zone, else the configured default.
+func (p *pluginContext) zoneFor(header string) *time.Location {
+	if header == "" {
+		return p.defaultZone
 	}
-	method, _ := proxywasm.GetHttpRequestHeader(":method")
-	path, err := proxywasm.GetHttpRequestHeader(":path")
-	if err != nil || method != "POST" {
-		return proxywasm.ActionContinue // SPEC §14: unknown path or method passes through
+	if loc, ok := p.zones[header]; ok {
+		return loc
 	}
-	proto := llm.DetectProtocol(path)
-	if proto == llm.Unknown {
-		return proxywasm.ActionContinue
-	}
-	h.handled, h.protocol, h.path = true, proto, path
-	h.plugin.requests.inc()
-	// The body may change later, so its length must not be pinned (SPEC §1).
-	if err := proxywasm.RemoveHttpRequestHeader("content-length"); err != nil {
-		proxywasm.LogDebugf("chime: remove content-length: %v", err)
-	}
-	if id, err := proxywasm.GetHttpRequestHeader("x-request-id"); err == nil && id != "" {
-		h.requestID = id
-	} else {
-		h.requestID = newRequestID()
-	}
-	if endOfStream {
-		return h.prepare() // no body: ask the host now
-	}
-	return proxywasm.ActionContinue
-}
-
-func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
-	if !h.handled || h.dispatched {
-		return proxywasm.ActionContinue
-	}
-	if !endOfStream {
-		return proxywasm.ActionPause // keep buffering until the whole body is here
-	}
-	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
+	loc, err := llm.LoadTimezone(header)
 	if err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: ignoring %s: %v", llm.HeaderTimezone, err)
+		return p.defaultZone
 	}
-	h.body = body
-	return h.prepare()
+	if len(p.zones) >= maxCachedZones {
+		clear(p.zones)
+	}
+	p.zones[header] = loc
+	return loc
 }
 
-func (h *httpContext) OnHttpStreamDone() { h.streamDone = true }
-
-// prepare asks the host to prepare this request. It pauses the request
-// until the answer; if the call cannot even be sent, it continues at once.
-func (h *httpContext) prepare() proxywasm.Action {
-	h.dispatched = true
-	cfg := h.plugin.cfg
-	body, err := json.Marshal(PrepareRequest{Protocol: h.protocol.String(), Path: h.path, RequestID: h.requestID})
-	if err != nil { // cannot happen for this struct; stay fail-safe anyway
-		return h.hostFailed("encode prepare request: " + err.Error())
+// learnNTP takes the host's NTP view (SPEC §11): the host owns time, so
+// its offset is used as given. An answer without an NTP status carries
+// no view and keeps the last one.
+func (p *pluginContext) learnNTP(n llm.NTPInfo) {
+	if n.Status != "" {
+		p.ntpOffsetMs = n.OffsetMs
 	}
-	headers := [][2]string{
-		{":method", "POST"},
-		{":path", PreparePath},
-		{":authority", cfg.HostAuthority},
-		{"content-type", "application/json"},
-		{"x-request-id", h.requestID},
-	}
-	if cfg.Token != "" {
-		headers = append(headers, [2]string{"authorization", "Bearer " + cfg.Token})
-	}
-	if _, err := proxywasm.DispatchHttpCall(cfg.HostCluster, headers, body, nil,
-		uint32(cfg.PrepareTimeoutMs), h.onPrepareResponse); err != nil {
-		return h.hostFailed("dispatch prepare: " + err.Error())
-	}
-	return proxywasm.ActionPause
-}
-
-// hostFailed counts and logs a host failure and decides the request's fate
-// synchronously: continue (fail open) or answer 503.
-func (h *httpContext) hostFailed(reason string) proxywasm.Action {
-	h.plugin.hostFailures.inc()
-	proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.requestID, reason)
-	if h.plugin.cfg.FailOpen {
-		return proxywasm.ActionContinue
-	}
-	h.rejectUnavailable()
-	return proxywasm.ActionPause
-}
-
-func (h *httpContext) rejectUnavailable() {
-	err := proxywasm.SendHttpResponse(503, [][2]string{{"content-type", "application/json"}},
-		[]byte(`{"error":{"type":"chime_host_unavailable","message":"chime host unavailable"}}`), -1)
-	if err != nil {
-		proxywasm.LogWarnf("chime: request %s: send 503: %v", h.requestID, err)
-	}
-}
-
-func (h *httpContext) onPrepareResponse(numHeaders, bodySize, _ int) {
-	if h.streamDone {
-		return // the client went away; nothing to resume
-	}
-	failure := ""
-	if numHeaders == 0 {
-		failure = "no response (timeout, reset or unreachable)"
-	} else if status := httpCallStatus(); status < 200 || status > 299 {
-		failure = "status " + strconv.Itoa(status)
-		if b, err := proxywasm.GetHttpCallResponseBody(0, min(bodySize, 256)); err == nil && len(b) > 0 {
-			failure += ": " + string(b)
-		}
-	}
-	if failure != "" {
-		h.plugin.hostFailures.inc()
-		proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.requestID, failure)
-		if !h.plugin.cfg.FailOpen {
-			h.rejectUnavailable()
-			return
-		}
-	} else {
-		proxywasm.LogDebugf("chime: request %s: host prepared (%s, %d body bytes)", h.requestID, h.protocol, len(h.body))
-	}
-	if err := proxywasm.ResumeHttpRequest(); err != nil {
-		proxywasm.LogDebugf("chime: request %s: resume: %v", h.requestID, err)
-	}
-}
-
-// httpCallStatus is the :status of the HTTP call response being delivered,
-// or 0 when absent or malformed.
-func httpCallStatus() int {
-	hs, err := proxywasm.GetHttpCallResponseHeaders()
-	if err != nil {
-		return 0
-	}
-	for _, kv := range hs {
-		if kv[0] == ":status" {
-			n, err := strconv.Atoi(kv[1])
-			if err != nil {
-				return 0
-			}
-			return n
-		}
-	}
-	return 0
-}
-
-// newRequestID makes a random 128-bit hex id for requests without
-// x-request-id. math/rand/v2's runtime source is seeded from WASI
-// random_get, which Envoy provides.
-func newRequestID() string {
-	var b [16]byte
-	for i := 0; i < len(b); i += 8 {
-		v := rand.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return hex.EncodeToString(b[:])
 }

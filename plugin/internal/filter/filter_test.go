@@ -6,29 +6,124 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+	_ "time/tzdata" // as plugin/main.go does for chime.wasm
 
+	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
+	"github.com/tidwall/gjson"
 )
 
-func newHost(t *testing.T, config string) *proxytest.Host {
+// wall is the pinned filter clock: 21:22:38.241Z, so with an NTP offset
+// of -12 ms the tag shows the SPEC §5 instant 21:22:38.229Z.
+var wall = time.Date(2026, 2, 2, 21, 22, 38, 241_000_000, time.UTC)
+
+const (
+	tagUTC0   = "[Time/Date]: utc=`2026-02-02T21:22:38.241Z` local=`2026-02-02 21:22:38.241 +00:00` tz=`UTC` nowMs=`1770067358241` ntpOffsetMs=`0`"
+	tagUTCm12 = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 21:22:38.229 +00:00` tz=`UTC` nowMs=`1770067358229` ntpOffsetMs=`-12`"
+	tagLAm12  = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770067358229` ntpOffsetMs=`-12`"
+	tagKTMm12 = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-03 03:07:38.229 +05:45` tz=`Asia/Kathmandu` nowMs=`1770067358229` ntpOffsetMs=`-12`"
+)
+
+type env struct {
+	t *testing.T
+	h *proxytest.Host
+}
+
+func newEnv(t *testing.T, config string) *env {
 	t.Helper()
 	h := proxytest.NewHost(proxytest.Options{
-		VMContext:           NewVMContext(),
+		VMContext:           vmContext{now: func() time.Time { return wall }},
 		PluginConfiguration: []byte(config),
 		Clusters:            []string{"chime_host"},
 	})
 	if !h.StartPlugin() {
 		t.Fatalf("plugin rejected %q: %q", config, h.GetLogs(proxywasm.LogLevelTrace))
 	}
-	return h
+	return &env{t, h}
 }
 
-func chatHeaders(extra ...[2]string) [][2]string {
+var paths = map[llm.Protocol]string{llm.Chat: "/v1/chat/completions", llm.Responses: "/v1/responses", llm.Messages: "/v1/messages?beta=true"}
+
+func reqHeaders(p llm.Protocol, extra ...[2]string) [][2]string {
 	return append([][2]string{
-		{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "api"},
-		{"content-type", "application/json"}, {"content-length", "27"},
+		{":method", "POST"}, {":path", paths[p]}, {":authority", "api"},
+		{"content-type", "application/json"}, {"content-length", "99"}, {"x-request-id", "req-1"},
 	}, extra...)
+}
+
+// send delivers headers and a body in two chunks and returns the stream id.
+func (e *env) send(p llm.Protocol, body string, extra ...[2]string) uint32 {
+	e.t.Helper()
+	id := e.h.InitializeHttpContext()
+	if got := e.h.CallOnRequestHeaders(id, reqHeaders(p, extra...), false); got != proxywasm.ActionContinue {
+		e.t.Fatalf("headers action = %v", got)
+	}
+	half := len(body) / 2
+	if got := e.h.CallOnRequestBody(id, []byte(body[:half]), false); got != proxywasm.ActionPause {
+		e.t.Fatalf("partial body action = %v, want Pause", got)
+	}
+	e.h.CallOnRequestBody(id, []byte(body[half:]), true)
+	return id
+}
+
+// calls returns the host calls to path.
+func (e *env) calls(path string) []proxytest.HttpCall {
+	var out []proxytest.HttpCall
+	for _, c := range e.h.GetHttpCalls() {
+		if p, _ := header(c.Headers, ":path"); p == path {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// lastPrepare returns the newest prepare call and its decoded body.
+func (e *env) lastPrepare() (proxytest.HttpCall, llm.PrepareRequest) {
+	e.t.Helper()
+	cs := e.calls(llm.PathPrepare)
+	if len(cs) == 0 {
+		e.t.Fatal("no prepare call")
+	}
+	c := cs[len(cs)-1]
+	var prep llm.PrepareRequest
+	if err := json.Unmarshal(c.Body, &prep); err != nil {
+		e.t.Fatalf("prepare body %s: %v", c.Body, err)
+	}
+	return c, prep
+}
+
+// answer answers the newest prepare call with 200 and ans.
+func (e *env) answer(ans llm.PrepareResponse) {
+	e.t.Helper()
+	c, _ := e.lastPrepare()
+	b, _ := json.Marshal(ans)
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, b, nil)
+}
+
+// fail answers the newest prepare call with a failure (nil headers = timeout).
+func (e *env) fail(headers [][2]string, body string) {
+	e.t.Helper()
+	c, _ := e.lastPrepare()
+	e.h.CallOnHttpCallResponse(c.ID, headers, []byte(body), nil)
+}
+
+func (e *env) forwarded(id uint32) string {
+	e.t.Helper()
+	if n := e.h.ResumedRequest(id); n != 1 {
+		e.t.Fatalf("request resumed %d times, want 1", n)
+	}
+	return string(e.h.GetSentRequestBody(id))
+}
+
+func (e *env) counter(name string) uint64 {
+	e.t.Helper()
+	v, ok := e.h.GetCounterValue(name)
+	if !ok {
+		e.t.Fatalf("metric %s not defined", name)
+	}
+	return v
 }
 
 func header(hs [][2]string, key string) (string, bool) {
@@ -40,90 +135,248 @@ func header(hs [][2]string, key string) (string, bool) {
 	return "", false
 }
 
-func counterValue(t *testing.T, h *proxytest.Host, name string) uint64 {
+func ntp(offset int64) llm.NTPInfo { return llm.NTPInfo{Status: "ok", OffsetMs: offset} }
+
+// userTexts returns every user text of a forwarded body, in order.
+func userTexts(t *testing.T, p llm.Protocol, body string) []string {
 	t.Helper()
-	v, ok := h.GetCounterValue(name)
-	if !ok {
-		t.Fatalf("metric %s not defined", name)
+	if !gjson.Valid(body) {
+		t.Fatalf("forwarded body is not JSON: %s", body)
 	}
-	return v
+	list := "messages"
+	if p == llm.Responses {
+		list = "input"
+	}
+	var out []string
+	gjson.Get(body, list).ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").String() != "user" {
+			return true
+		}
+		c := m.Get("content")
+		if c.Type == gjson.String {
+			out = append(out, c.Str)
+			return true
+		}
+		c.ForEach(func(_, part gjson.Result) bool {
+			if typ := part.Get("type").String(); typ == "text" || typ == "input_text" {
+				out = append(out, part.Get("text").String())
+			}
+			return true
+		})
+		return true
+	})
+	return out
+}
+
+func toolNames(p llm.Protocol, body string) []string {
+	var out []string
+	gjson.Get(body, "tools").ForEach(func(_, t gjson.Result) bool {
+		name := t.Get("name")
+		if p == llm.Chat {
+			name = t.Get("function.name")
+		}
+		out = append(out, name.String())
+		return true
+	})
+	return out
+}
+
+// bodies with directives in two user messages, one per protocol.
+var taggedBodies = map[llm.Protocol]string{
+	llm.Chat: `{"model":"m","messages":[{"role":"user","content":"hi <**stopMessage:\"go on\",3**>"},` +
+		`{"role":"assistant","content":"ok"},{"role":"user","content":[{"type":"text","text":"again <**route:fast**><**clock:clear**> now"}]}],` +
+		`"tools":[{"type":"function","function":{"name":"client_tool","parameters":{"type":"object"}}}]}`,
+	llm.Responses: `{"model":"m","input":[{"role":"user","content":"hi <**stopMessage:\"go on\",3**>"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"again <**route:fast**><**clock:clear**> now"}]}],` +
+		`"tools":[{"type":"function","name":"client_tool","parameters":{"type":"object"}}]}`,
+	llm.Messages: `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi <**stopMessage:\"go on\",3**>"},` +
+		`{"role":"assistant","content":"ok"},{"role":"user","content":[{"type":"text","text":"again <**route:fast**><**clock:clear**> now"}]}],` +
+		`"tools":[{"name":"client_tool","input_schema":{"type":"object"}}]}`,
 }
 
 func TestInvalidConfigFailsPluginStart(t *testing.T) {
-	h := proxytest.NewHost(proxytest.Options{VMContext: NewVMContext(), PluginConfiguration: []byte(`{"prepareTimeoutMs":-1}`)})
-	if h.StartPlugin() {
-		t.Fatal("plugin accepted an invalid configuration")
-	}
-	logs := h.GetLogs(proxywasm.LogLevelError)
-	if len(logs) != 1 || !strings.Contains(logs[0], "prepareTimeoutMs") {
-		t.Fatalf("error logs = %q", logs)
+	for raw, want := range map[string]string{
+		`{"prepareTimeoutMs":-1}`:            "prepareTimeoutMs",
+		`{"defaultTimezone":"Mars/Olympus"}`: "defaultTimezone",
+	} {
+		h := proxytest.NewHost(proxytest.Options{VMContext: NewVMContext(), PluginConfiguration: []byte(raw)})
+		if h.StartPlugin() {
+			t.Fatalf("plugin accepted %s", raw)
+		}
+		logs := h.GetLogs(proxywasm.LogLevelError)
+		if len(logs) != 1 || !strings.Contains(logs[0], want) {
+			t.Fatalf("%s: error logs = %q", raw, logs)
+		}
 	}
 }
 
-func TestKnownPathBuffersPreparesAndResumes(t *testing.T) {
-	h := newHost(t, `{"token":"tok","prepareTimeoutMs":150}`)
-	id := h.InitializeHttpContext()
-	if got := h.CallOnRequestHeaders(id, chatHeaders([2]string{"x-request-id", "req-1"}), false); got != proxywasm.ActionContinue {
-		t.Fatalf("headers action = %v", got)
+// TestAllProtocolsFullRequestPath: per protocol, directives are stripped
+// from every user message, the prepare call carries what the host needs,
+// and the answer's tool, time tag and reminders land in that order.
+func TestAllProtocolsFullRequestPath(t *testing.T) {
+	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
+		t.Run(p.String(), func(t *testing.T) {
+			e := newEnv(t, `{"token":"tok","prepareTimeoutMs":150,"defaultTimezone":"America/Los_Angeles"}`)
+			id := e.send(p, taggedBodies[p], [2]string{"x-session-id", "sess-7"})
+			if _, ok := header(e.h.GetRequestHeaders(id), "content-length"); ok {
+				t.Fatal("content-length kept")
+			}
+			if len(e.h.GetSentRequestBody(id)) != 0 {
+				t.Fatal("body forwarded before the host answered")
+			}
+			c, prep := e.lastPrepare()
+			if c.Upstream != "chime_host" || c.TimeoutMs != 150 {
+				t.Fatalf("call = %+v", c)
+			}
+			for key, want := range map[string]string{":method": "POST", ":authority": "chime-host",
+				"content-type": "application/json", "authorization": "Bearer tok"} {
+				if got, _ := header(c.Headers, key); got != want {
+					t.Errorf("prepare header %s = %q, want %q", key, got, want)
+				}
+			}
+			want := llm.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
+				Directives: []llm.HostDirective{{Kind: "route", Route: "fast"}, {Kind: "clock:clear"}}}
+			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
+				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
+			}
+
+			e.answer(llm.PrepareResponse{NTP: ntp(-12), Tools: []string{"clock"}, Reminders: "[scheduled task:\"water\"]"})
+			body := e.forwarded(id)
+			if strings.Contains(body, "<**") || strings.Contains(body, "**>") {
+				t.Fatalf("tags left in %s", body)
+			}
+			texts := userTexts(t, p, body)
+			wantTexts := []string{"hi ", "again  now", tagLAm12, "[scheduled task:\"water\"]"}
+			if !slices.Equal(texts, wantTexts) {
+				t.Fatalf("user texts = %q\nwant %q", texts, wantTexts)
+			}
+			if got := toolNames(p, body); !slices.Equal(got, []string{"client_tool", "clock"}) {
+				t.Fatalf("tools = %q", got)
+			}
+			if strings.Count(body, "[Time/Date]") != 1 {
+				t.Fatalf("time tag count != 1 in %s", body)
+			}
+		})
 	}
-	if _, ok := header(h.GetRequestHeaders(id), "content-length"); ok {
-		t.Fatal("content-length was not removed")
+}
+
+func TestDirectivesFromNewestTaggedMessageOnly(t *testing.T) {
+	e := newEnv(t, "")
+	e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**stopMessage:\"old\"**>"},`+
+		`{"role":"user","content":"<**stopMessage:\"new\",2**> <**clock:{\"dueAt\":\"2026-02-03T09:00:00Z\",\"task\":\"t\"}**> <**stopMessage:\"x\",0**> <**bogus:1**>"},`+
+		`{"role":"user","content":"no tags"}]}`)
+	_, prep := e.lastPrepare()
+	want := []llm.HostDirective{
+		{Kind: "stopMessage", Text: "new", MaxRepeats: 2},
+		{Kind: "clock", Clock: &llm.ClockItem{DueAt: "2026-02-03T09:00:00Z", Task: "t"}},
 	}
-	if got := h.CallOnRequestBody(id, []byte(`{"model":"m",`), false); got != proxywasm.ActionPause {
-		t.Fatalf("partial body action = %v, want Pause", got)
+	if got, w := must(json.Marshal(prep.Directives)), must(json.Marshal(want)); string(got) != string(w) {
+		t.Fatalf("directives = %s, want %s (malformed and unknown ones are not sent)", got, w)
 	}
-	if got := h.CallOnRequestBody(id, []byte(`"messages":[]}`), true); got != proxywasm.ActionPause {
-		t.Fatalf("final body action = %v, want Pause until the host answers", got)
+	if prep.SessionID != "" || prep.Timezone != "UTC" {
+		t.Fatalf("prepare = %+v", prep)
 	}
-	if len(h.GetSentRequestBody(id)) != 0 {
-		t.Fatal("body forwarded before the host answered")
+}
+
+func TestSessionFromBody(t *testing.T) {
+	e := newEnv(t, "")
+	e.send(llm.Messages, `{"metadata":{"user_id":"{\"session_id\":\"from-body\"}"},"messages":[]}`)
+	if _, prep := e.lastPrepare(); prep.SessionID != "from-body" {
+		t.Fatalf("session = %q", prep.SessionID)
 	}
-	calls := h.GetHttpCalls()
-	if len(calls) != 1 {
-		t.Fatalf("http calls = %d", len(calls))
+	// A session header wins over the body (SPEC §3 order).
+	e.send(llm.Responses, `{"prompt_cache_key":"pck","input":"x"}`, [2]string{"x-chime-session", "hdr"})
+	if _, prep := e.lastPrepare(); prep.SessionID != "hdr" {
+		t.Fatalf("session = %q", prep.SessionID)
 	}
-	c := calls[0]
-	for key, want := range map[string]string{":method": "POST", ":path": "/v1/filter/prepare", ":authority": "chime-host",
-		"content-type": "application/json", "authorization": "Bearer tok"} {
-		if got, _ := header(c.Headers, key); got != want {
-			t.Errorf("prepare header %s = %q, want %q", key, got, want)
+}
+
+func TestTimeTagZoneFromHeaderConfigOrUTC(t *testing.T) {
+	cases := []struct {
+		name, config, header, want string
+	}{
+		{"header wins", `{"defaultTimezone":"America/Los_Angeles"}`, "Asia/Kathmandu", tagKTMm12},
+		{"bad header falls back to config", `{"defaultTimezone":"America/Los_Angeles"}`, "Mars/Base", tagLAm12},
+		{"no header, no config: UTC", ``, "", tagUTCm12},
+	}
+	for _, tc := range cases {
+		e := newEnv(t, tc.config)
+		var extra [][2]string
+		if tc.header != "" {
+			extra = append(extra, [2]string{llm.HeaderTimezone, tc.header})
+		}
+		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, extra...)
+		e.answer(llm.PrepareResponse{NTP: ntp(-12)})
+		got := e.forwarded(id)
+		want := `{"messages":[{"role":"user","content":"q"},{"role":"user","content":` + string(must(json.Marshal(tc.want))) + `}]}`
+		if got != want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, want)
 		}
 	}
-	if c.Upstream != "chime_host" || c.TimeoutMs != 150 {
-		t.Fatalf("call = %+v", c)
-	}
-	var body PrepareRequest
-	if err := json.Unmarshal(c.Body, &body); err != nil {
-		t.Fatal(err)
-	}
-	if body != (PrepareRequest{Protocol: "chat", Path: "/v1/chat/completions", RequestID: "req-1"}) {
-		t.Fatalf("prepare body = %+v", body)
-	}
+}
 
-	h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}}, []byte(`{}`), nil)
-	if h.ResumedRequest(id) != 1 {
-		t.Fatalf("resumed %d times", h.ResumedRequest(id))
+func TestTimeTagCanBeTurnedOff(t *testing.T) {
+	e := newEnv(t, `{"timeTag":false}`)
+	body := `{"messages":[{"role":"user","content":"q"}]}`
+	id := e.send(llm.Chat, body)
+	e.answer(llm.PrepareResponse{NTP: ntp(0)})
+	if got := e.forwarded(id); got != body {
+		t.Fatalf("forwarded %s", got)
 	}
-	if got := string(h.GetSentRequestBody(id)); got != `{"model":"m","messages":[]}` {
-		t.Fatalf("forwarded body = %q", got)
-	}
-	if counterValue(t, h, MetricRequests) != 1 || counterValue(t, h, MetricHostCallFailures) != 0 {
-		t.Fatal("unexpected metric values")
-	}
+}
 
-	// The response streams through untouched and unbuffered.
-	if got := h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false); got != proxywasm.ActionContinue {
-		t.Fatalf("response headers action = %v", got)
-	}
-	for _, chunk := range []string{"data: {\"a\":1}\n\n", "data: [DONE]\n\n"} {
-		if got := h.CallOnResponseBody(id, []byte(chunk), chunk == "data: [DONE]\n\n"); got != proxywasm.ActionContinue {
-			t.Fatalf("response body action = %v", got)
+func TestClockToolOnlyWhenHostSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		tools []string
+		want  []string
+	}{
+		{nil, nil},
+		{[]string{"not_ours"}, nil},
+		{[]string{"clock"}, []string{"clock"}},
+	} {
+		e := newEnv(t, "")
+		id := e.send(llm.Messages, `{"messages":[{"role":"user","content":"q"}]}`)
+		e.answer(llm.PrepareResponse{NTP: ntp(0), Tools: tc.tools})
+		body := e.forwarded(id)
+		if got := toolNames(llm.Messages, body); !slices.Equal(got, tc.want) {
+			t.Errorf("host tools %q: injected %q", tc.tools, got)
+		}
+		if len(tc.want) > 0 && gjson.Get(body, "tools.0.input_schema.properties.action").Exists() == false {
+			t.Errorf("clock schema missing: %s", body)
 		}
 	}
-	if got := string(h.GetSentResponseBody(id)); got != "data: {\"a\":1}\n\ndata: [DONE]\n\n" {
-		t.Fatalf("response body = %q", got)
+}
+
+// TestFailOpenStripsAndTagsWithLastOffset: the host answers once (offset
+// -12), then times out; the second request still loses its tags and gets
+// a time tag at the last known offset, and nothing else.
+func TestFailOpenStripsAndTagsWithLastOffset(t *testing.T) {
+	e := newEnv(t, `{"defaultTimezone":"America/Los_Angeles"}`)
+	first := e.send(llm.Chat, `{"messages":[]}`)
+	e.answer(llm.PrepareResponse{NTP: ntp(-12)})
+	e.forwarded(first)
+
+	for i, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
+		id := e.send(p, taggedBodies[p])
+		e.fail(nil, "") // timeout
+		body := e.forwarded(id)
+		if strings.Contains(body, "<**") {
+			t.Fatalf("%s: tags kept when the host is down: %s", p, body)
+		}
+		if got, want := userTexts(t, p, body), []string{"hi ", "again  now", tagLAm12}; !slices.Equal(got, want) {
+			t.Fatalf("%s: user texts = %q, want %q", p, got, want)
+		}
+		if got := toolNames(p, body); !slices.Equal(got, []string{"client_tool"}) {
+			t.Fatalf("%s: tools = %q", p, got)
+		}
+		if got := e.counter(MetricFailOpen); got != uint64(i+1) {
+			t.Fatalf("fail-open count = %d", got)
+		}
 	}
-	h.CompleteHttpContext(id)
+	if got := e.counter(MetricHostCallFailures); got != 3 {
+		t.Fatalf("host failures = %d", got)
+	}
 }
 
 func TestHostFailuresFailOpen(t *testing.T) {
@@ -135,38 +388,44 @@ func TestHostFailuresFailOpen(t *testing.T) {
 		{"no response", nil, ""},
 		{"5xx", [][2]string{{":status", "503"}}, "down"},
 		{"401", [][2]string{{":status", "401"}}, ""},
-		{"missing status", [][2]string{{"x", "y"}}, ""},
+		{"missing status", [][2]string{{"x", "y"}}, "{}"},
+		{"2xx, not JSON", [][2]string{{":status", "200"}}, "ok"},
 	}
-	h := newHost(t, "")
+	e := newEnv(t, "")
 	for i, tc := range cases {
-		id := h.InitializeHttpContext()
-		h.CallOnRequestHeaders(id, chatHeaders(), false)
-		h.CallOnRequestBody(id, []byte(`{}`), true)
-		calls := h.GetHttpCalls()
-		h.CallOnHttpCallResponse(calls[len(calls)-1].ID, tc.headers, []byte(tc.body), nil)
-		if h.ResumedRequest(id) != 1 || h.GetLocalResponse(id) != nil {
-			t.Errorf("%s: resumed %d, local %+v", tc.name, h.ResumedRequest(id), h.GetLocalResponse(id))
+		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**x**>q"}]}`)
+		e.fail(tc.headers, tc.body)
+		want := `{"messages":[{"role":"user","content":"q"},{"role":"user","content":` + string(must(json.Marshal(tagUTC0))) + `}]}`
+		if got := e.forwarded(id); got != want {
+			t.Errorf("%s: forwarded\n%s\nwant\n%s", tc.name, got, want)
 		}
-		if got := counterValue(t, h, MetricHostCallFailures); got != uint64(i+1) {
+		if e.h.GetLocalResponse(id) != nil {
+			t.Errorf("%s: local response sent", tc.name)
+		}
+		if got := e.counter(MetricHostCallFailures); got != uint64(i+1) {
 			t.Errorf("%s: failures = %d", tc.name, got)
 		}
 	}
-	if logs := h.GetLogs(proxywasm.LogLevelDebug); !slices.ContainsFunc(logs, func(s string) bool {
+	if logs := e.h.GetLogs(proxywasm.LogLevelDebug); !slices.ContainsFunc(logs, func(s string) bool {
 		return strings.Contains(s, "status 503: down")
 	}) {
 		t.Fatalf("debug logs lack the failure detail: %q", logs)
 	}
 }
 
-func TestDispatchFailureContinuesAtOnce(t *testing.T) {
-	h := proxytest.NewHost(proxytest.Options{VMContext: NewVMContext(), Clusters: []string{"other"}})
+func TestDispatchFailureFailsOpenAtOnce(t *testing.T) {
+	h := proxytest.NewHost(proxytest.Options{VMContext: vmContext{now: func() time.Time { return wall }}, Clusters: []string{"other"}})
 	if !h.StartPlugin() {
 		t.Fatal("start failed")
 	}
 	id := h.InitializeHttpContext()
-	h.CallOnRequestHeaders(id, chatHeaders(), false)
-	if got := h.CallOnRequestBody(id, []byte(`{}`), true); got != proxywasm.ActionContinue {
+	h.CallOnRequestHeaders(id, reqHeaders(llm.Chat), false)
+	if got := h.CallOnRequestBody(id, []byte(`{"messages":[{"role":"user","content":"a<**b**>"}]}`), true); got != proxywasm.ActionContinue {
 		t.Fatalf("action = %v, want Continue when the call cannot be sent", got)
+	}
+	want := `{"messages":[{"role":"user","content":"a"},{"role":"user","content":` + string(must(json.Marshal(tagUTC0))) + `}]}`
+	if got := string(h.GetSentRequestBody(id)); got != want {
+		t.Fatalf("forwarded %s", got)
 	}
 	if v, _ := h.GetCounterValue(MetricHostCallFailures); v != 1 {
 		t.Fatalf("failures = %d", v)
@@ -174,14 +433,246 @@ func TestDispatchFailureContinuesAtOnce(t *testing.T) {
 }
 
 func TestFailClosedAnswers503(t *testing.T) {
-	h := newHost(t, `{"failOpen":false}`)
-	id := h.InitializeHttpContext()
-	h.CallOnRequestHeaders(id, chatHeaders(), false)
-	h.CallOnRequestBody(id, []byte(`{}`), true)
-	h.CallOnHttpCallResponse(h.GetHttpCalls()[0].ID, nil, nil, nil)
-	lr := h.GetLocalResponse(id)
-	if lr == nil || lr.StatusCode != 503 || h.ResumedRequest(id) != 0 {
-		t.Fatalf("local response = %+v, resumed %d", lr, h.ResumedRequest(id))
+	e := newEnv(t, `{"failOpen":false}`)
+	id := e.send(llm.Chat, `{"messages":[]}`)
+	e.fail(nil, "")
+	lr := e.h.GetLocalResponse(id)
+	if lr == nil || lr.StatusCode != 503 || e.h.ResumedRequest(id) != 0 {
+		t.Fatalf("local response = %+v, resumed %d", lr, e.h.ResumedRequest(id))
+	}
+	if e.counter(MetricFailOpen) != 0 {
+		t.Fatal("fail-closed request counted as fail open")
+	}
+}
+
+func TestMalformedBodiesForwardUnmodified(t *testing.T) {
+	e := newEnv(t, "")
+	for i, body := range []string{
+		`{"messages":[{"role":"user","content":"<**clock:clear**>"}`, // truncated
+		`{"messages":{"role":"user"}}`,                               // wrong shape
+		`[1,2]`,
+		``,
+	} {
+		id := e.h.InitializeHttpContext()
+		e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat), false)
+		if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionContinue {
+			t.Fatalf("%q: action %v", body, got)
+		}
+		if got := string(e.h.GetSentRequestBody(id)); got != body {
+			t.Fatalf("%q forwarded as %q", body, got)
+		}
+		if got := e.counter(MetricMalformed); got != uint64(i+1) {
+			t.Fatalf("malformed count = %d", got)
+		}
+	}
+	// A POST without a body is one too.
+	id := e.h.InitializeHttpContext()
+	if got := e.h.CallOnRequestHeaders(id, reqHeaders(llm.Messages), true); got != proxywasm.ActionContinue {
+		t.Fatalf("headers-only action %v", got)
+	}
+	if len(e.h.GetHttpCalls()) != 0 || e.counter(MetricMalformed) != 5 {
+		t.Fatalf("calls %d, malformed %d", len(e.h.GetHttpCalls()), e.counter(MetricMalformed))
+	}
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelInfo) {
+		if strings.Contains(l, "forwarding unmodified") {
+			t.Fatalf("malformed body logged above debug: %s", l)
+		}
+	}
+}
+
+func TestFollowupMarker(t *testing.T) {
+	e := newEnv(t, `{"token":"s3cret"}`)
+	body := `{"messages":[{"role":"user","content":"<**stopMessage:\"x\"**> keep"}]}`
+
+	valid := reqHeaders(llm.Chat, [2]string{llm.HeaderFollowup, llm.FollowupMarker("s3cret", "req-0:stop")})
+	id := e.h.InitializeHttpContext()
+	if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionContinue {
+		t.Fatalf("headers action %v", got)
+	}
+	wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == llm.HeaderFollowup })
+	if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
+		t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
+	}
+	if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionContinue {
+		t.Fatalf("body action %v", got)
+	}
+	if got := string(e.h.GetSentRequestBody(id)); got != body {
+		t.Fatalf("followup body changed: %s", got)
+	}
+	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	e.h.CompleteHttpContext(id)
+	if n := len(e.h.GetHttpCalls()); n != 0 {
+		t.Fatalf("followup made %d host calls", n)
+	}
+
+	for _, forged := range []string{llm.FollowupMarker("guess", "req-0"), "req-0.abc", "x"} {
+		id := e.send(llm.Chat, body, [2]string{llm.HeaderFollowup, forged})
+		if _, ok := header(e.h.GetRequestHeaders(id), llm.HeaderFollowup); ok {
+			t.Fatalf("forged marker %q forwarded", forged)
+		}
+		e.answer(llm.PrepareResponse{NTP: ntp(0)})
+		got := e.forwarded(id)
+		if strings.Contains(got, "<**") || !strings.Contains(got, "[Time/Date]") {
+			t.Fatalf("forged marker %q: request not treated as normal: %s", forged, got)
+		}
+	}
+}
+
+func TestNoTokenNeverTrustsAMarker(t *testing.T) {
+	e := newEnv(t, "")
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{llm.HeaderFollowup, llm.FollowupMarker("", "r")})
+	if len(e.calls(llm.PathPrepare)) != 1 {
+		t.Fatal("a marker was trusted without a token")
+	}
+	if _, ok := header(e.calls(llm.PathPrepare)[0].Headers, "authorization"); ok {
+		t.Fatal("authorization sent without a token")
+	}
+}
+
+func outcomes(e *env) []string {
+	var out []string
+	for _, c := range e.h.GetHttpCalls() {
+		p, _ := header(c.Headers, ":path")
+		if p == llm.PathCommit || p == llm.PathRollback {
+			var o llm.OutcomeRequest
+			if err := json.Unmarshal(c.Body, &o); err != nil {
+				e.t.Fatal(err)
+			}
+			out = append(out, p+" "+o.RequestID)
+		}
+	}
+	return out
+}
+
+func TestReservationOutcome(t *testing.T) {
+	cases := []struct {
+		name     string
+		reserved bool
+		finish   func(e *env, id uint32)
+		want     []string
+	}{
+		{"2xx commits", true, func(e *env, id uint32) {
+			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+		}, []string{llm.PathCommit + " req-1"}},
+		{"500 rolls back", true, func(e *env, id uint32) {
+			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "500"}}, false)
+		}, []string{llm.PathRollback + " req-1"}},
+		{"reset before headers rolls back", true, func(e *env, id uint32) {}, []string{llm.PathRollback + " req-1"}},
+		{"nothing reserved: no outcome", false, func(e *env, id uint32) {
+			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+		}, nil},
+		{"nothing reserved, reset: no outcome", false, func(e *env, id uint32) {}, nil},
+	}
+	for _, tc := range cases {
+		e := newEnv(t, `{"token":"tok"}`)
+		id := e.send(llm.Messages, `{"messages":[{"role":"user","content":"q"}]}`)
+		e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: tc.reserved})
+		e.forwarded(id)
+		tc.finish(e, id)
+		e.h.CallOnResponseBody(id, []byte("{}"), true)
+		e.h.CompleteHttpContext(id) // exactly one outcome even after the stream ends
+		if got := outcomes(e); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: outcomes %q, want %q", tc.name, got, tc.want)
+			continue
+		}
+		for _, c := range e.h.GetHttpCalls()[1:] {
+			if auth, _ := header(c.Headers, "authorization"); auth != "Bearer tok" || c.Upstream != "chime_host" {
+				t.Errorf("%s: outcome call %+v", tc.name, c)
+			}
+			// Fire and forget: a failed outcome is counted, nothing else.
+			e.h.CallOnHttpCallResponse(c.ID, nil, nil, nil)
+			if e.counter(MetricHostCallFailures) != 1 {
+				t.Errorf("%s: failed outcome not counted", tc.name)
+			}
+		}
+	}
+}
+
+func TestReservedAnswerAfterStreamEndedRollsBack(t *testing.T) {
+	e := newEnv(t, "")
+	id := e.send(llm.Chat, `{"messages":[]}`)
+	e.h.CompleteHttpContext(id)
+	e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
+	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+		t.Fatalf("outcomes = %q", got)
+	}
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelTrace) {
+		if strings.Contains(l, "resume") || strings.Contains(l, "panic") {
+			t.Fatalf("late answer touched the finished stream: %q", l)
+		}
+	}
+}
+
+func TestReservedButUndeliverableRollsBackAtOnce(t *testing.T) {
+	e := newEnv(t, "")
+	// Anthropic content that is neither a string nor a list: nothing can
+	// be appended, so the reserved reminders never reach the model.
+	body := `{"messages":[{"role":"user","content":5}]}`
+	id := e.send(llm.Messages, body)
+	e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
+	if got := e.forwarded(id); got != body {
+		t.Fatalf("forwarded %s", got)
+	}
+	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	e.h.CompleteHttpContext(id)
+	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+		t.Fatalf("outcomes = %q", got)
+	}
+}
+
+func TestTimedOutPrepareIsRolledBack(t *testing.T) {
+	e := newEnv(t, "")
+	id := e.send(llm.Chat, `{"messages":[]}`)
+	e.fail(nil, "")
+	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	e.h.CompleteHttpContext(id)
+	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+		t.Fatalf("outcomes = %q", got)
+	}
+	// A host that answered (even with 5xx) reserved nothing: no rollback.
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{"x-request-id", "ignored-dup"})
+	e.fail([][2]string{{":status", "500"}}, "")
+	if got := len(outcomes(e)); got != 1 {
+		t.Fatalf("outcomes after a 5xx prepare: %d", got)
+	}
+}
+
+func TestTickRefreshesOffset(t *testing.T) {
+	e := newEnv(t, `{"token":"tok"}`)
+	if e.h.TickPeriod() != 30_000 {
+		t.Fatalf("tick period = %d", e.h.TickPeriod())
+	}
+	e.h.Tick()
+	e.h.Tick() // one refresh at a time
+	state := e.calls(llm.PathState)
+	if len(state) != 1 {
+		t.Fatalf("state calls = %d", len(state))
+	}
+	c := state[0]
+	if m, _ := header(c.Headers, ":method"); m != "GET" || len(c.Body) != 0 || c.TimeoutMs == 0 {
+		t.Fatalf("state call = %+v", c)
+	}
+	if auth, _ := header(c.Headers, "authorization"); auth != "Bearer tok" {
+		t.Fatalf("state call lacks the token: %+v", c)
+	}
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}},
+		must(json.Marshal(llm.StateResponse{NowMs: 1, NTP: llm.NTPInfo{Status: "ok", OffsetMs: 250}})), nil)
+
+	// The host then goes down: the tick fails silently and the offset stays.
+	e.h.Tick()
+	state = e.calls(llm.PathState)
+	e.h.CallOnHttpCallResponse(state[len(state)-1].ID, nil, nil, nil)
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelWarn) {
+		t.Errorf("tick failure logged loudly: %s", l)
+	}
+	if e.counter(MetricHostCallFailures) != 1 {
+		t.Fatalf("failures = %d", e.counter(MetricHostCallFailures))
+	}
+	id := e.send(llm.Chat, `{"messages":[]}`)
+	e.fail(nil, "")
+	tag := gjson.Get(e.forwarded(id), "messages.0.content").Str
+	if want := llm.FormatTimeTag(wall, time.UTC, 250); tag != want || !strings.HasSuffix(tag, "ntpOffsetMs=`250`") {
+		t.Fatalf("tag = %s, want %s", tag, want)
 	}
 }
 
@@ -189,54 +680,46 @@ func TestPassThrough(t *testing.T) {
 	cases := map[string][][2]string{
 		"unknown path":   {{":method", "POST"}, {":path", "/v1/embeddings"}, {"content-length", "2"}},
 		"GET":            {{":method", "GET"}, {":path", "/v1/chat/completions"}, {"content-length", "2"}},
-		"followup":       chatHeaders([2]string{FollowupHeader, "sig"}),
 		"no path header": {{":method", "POST"}, {"content-length", "2"}},
 	}
-	h := newHost(t, "")
+	e := newEnv(t, "")
 	for name, hs := range cases {
-		id := h.InitializeHttpContext()
-		if got := h.CallOnRequestHeaders(id, hs, false); got != proxywasm.ActionContinue {
+		id := e.h.InitializeHttpContext()
+		if got := e.h.CallOnRequestHeaders(id, hs, false); got != proxywasm.ActionContinue {
 			t.Errorf("%s: headers action %v", name, got)
 		}
-		if !slices.Equal(h.GetRequestHeaders(id), hs) {
-			t.Errorf("%s: headers changed to %q", name, h.GetRequestHeaders(id))
+		if !slices.Equal(e.h.GetRequestHeaders(id), hs) {
+			t.Errorf("%s: headers changed to %q", name, e.h.GetRequestHeaders(id))
 		}
-		if got := h.CallOnRequestBody(id, []byte("{}"), false); got != proxywasm.ActionContinue {
+		if got := e.h.CallOnRequestBody(id, []byte("{}"), true); got != proxywasm.ActionContinue {
 			t.Errorf("%s: body action %v", name, got)
 		}
-	}
-	if len(h.GetHttpCalls()) != 0 {
-		t.Fatalf("pass-through requests called the host: %+v", h.GetHttpCalls())
-	}
-}
-
-func TestHeadersOnlyRequestAndGeneratedID(t *testing.T) {
-	h := newHost(t, "")
-	id := h.InitializeHttpContext()
-	if got := h.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/messages?beta=true"}}, true); got != proxywasm.ActionPause {
-		t.Fatalf("action = %v", got)
-	}
-	var body PrepareRequest
-	if err := json.Unmarshal(h.GetHttpCalls()[0].Body, &body); err != nil {
-		t.Fatal(err)
-	}
-	if body.Protocol != "messages" || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(body.RequestID) {
-		t.Fatalf("prepare body = %+v", body)
-	}
-	if _, ok := header(h.GetHttpCalls()[0].Headers, "authorization"); ok {
-		t.Fatal("authorization sent without a token")
-	}
-}
-
-func TestStreamGoneBeforeHostAnswers(t *testing.T) {
-	h := newHost(t, "")
-	id := h.InitializeHttpContext()
-	h.CallOnRequestHeaders(id, chatHeaders(), true)
-	h.CompleteHttpContext(id)
-	h.CallOnHttpCallResponse(h.GetHttpCalls()[0].ID, [][2]string{{":status", "200"}}, nil, nil)
-	for _, l := range h.GetLogs(proxywasm.LogLevelTrace) {
-		if strings.Contains(l, "resume") || strings.Contains(l, "panic") {
-			t.Fatalf("late answer tried to touch the finished stream: %q", l)
+		if got := e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false); got != proxywasm.ActionContinue {
+			t.Errorf("%s: response action %v", name, got)
 		}
 	}
+	if len(e.h.GetHttpCalls()) != 0 || e.counter(MetricRequests) != 0 {
+		t.Fatalf("pass-through requests called the host: %+v", e.h.GetHttpCalls())
+	}
+}
+
+func TestGeneratedRequestID(t *testing.T) {
+	e := newEnv(t, "")
+	id := e.h.InitializeHttpContext()
+	hs := slices.DeleteFunc(reqHeaders(llm.Chat), func(kv [2]string) bool { return kv[0] == "x-request-id" })
+	e.h.CallOnRequestHeaders(id, hs, false)
+	e.h.CallOnRequestBody(id, []byte(`{"messages":[]}`), true)
+	if _, prep := e.lastPrepare(); !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(prep.RequestID) {
+		t.Fatalf("request id = %q", prep.RequestID)
+	}
+	if e.counter(MetricRequests) != 1 {
+		t.Fatal("request not counted")
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

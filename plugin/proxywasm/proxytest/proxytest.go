@@ -5,6 +5,12 @@
 // http_call requires :method, :path and :authority and answers through
 // CallOnHttpCallResponse; continue_stream acts on the effective context.
 //
+// Like Envoy, it lends a stream's header maps and bodies to the guest only
+// while their callback runs or while the filter is paused in it: request
+// headers are gone (BAD_ARGUMENT) once they continued, e.g. in response
+// callbacks. During proxy_on_log (the access-log phase) the request and
+// response headers are readable again.
+//
 // It is not concurrency-safe, like the guest it drives.
 package proxytest
 
@@ -65,7 +71,13 @@ type stream struct {
 	closed       bool
 	local        *LocalResponse
 	pausedBodies map[uint32]bool
+	// held lists the header maps and body buffers lent to the guest right
+	// now, keyed by map type and by 100+buffer type.
+	held      map[uint32]bool
+	accessLog bool
 }
+
+const heldBody = 100
 
 type metric struct {
 	kind  uint32
@@ -142,7 +154,7 @@ func (h *Host) InitializeHttpContext() uint32 {
 	h.nextID++
 	h.streams[id] = &stream{
 		maps: map[uint32][][2]string{}, bodies: map[uint32][]byte{}, sent: map[uint32][]byte{},
-		resumed: map[uint32]int{}, pausedBodies: map[uint32]bool{},
+		resumed: map[uint32]int{}, pausedBodies: map[uint32]bool{}, held: map[uint32]bool{},
 	}
 	h.effective = id
 	h.guest().OnContextCreate(id, h.rootID)
@@ -159,16 +171,30 @@ func (h *Host) stream(id uint32) *stream {
 
 // CallOnRequestHeaders delivers request headers.
 func (h *Host) CallOnRequestHeaders(id uint32, headers [][2]string, endOfStream bool) proxywasm.Action {
-	h.stream(id).maps[abi.MapHttpRequestHeaders] = slices.Clone(headers)
-	h.effective = id
-	return proxywasm.Action(h.guest().OnRequestHeaders(id, uint32(len(headers)), endOfStream))
+	return h.headers(id, abi.MapHttpRequestHeaders, headers, func() uint32 {
+		return h.guest().OnRequestHeaders(id, uint32(len(headers)), endOfStream)
+	})
 }
 
 // CallOnResponseHeaders delivers response headers.
 func (h *Host) CallOnResponseHeaders(id uint32, headers [][2]string, endOfStream bool) proxywasm.Action {
-	h.stream(id).maps[abi.MapHttpResponseHeaders] = slices.Clone(headers)
+	return h.headers(id, abi.MapHttpResponseHeaders, headers, func() uint32 {
+		return h.guest().OnResponseHeaders(id, uint32(len(headers)), endOfStream)
+	})
+}
+
+// headers lends a header map to the guest for cb and keeps it lent while
+// the guest pauses.
+func (h *Host) headers(id, mapType uint32, headers [][2]string, cb func() uint32) proxywasm.Action {
+	s := h.stream(id)
+	s.maps[mapType] = slices.Clone(headers)
+	s.held[mapType] = true
 	h.effective = id
-	return proxywasm.Action(h.guest().OnResponseHeaders(id, uint32(len(headers)), endOfStream))
+	action := proxywasm.Action(cb())
+	if action == proxywasm.ActionContinue {
+		s.held[mapType] = false
+	}
+	return action
 }
 
 // CallOnRequestBody delivers a request body chunk. While the filter pauses,
@@ -186,10 +212,12 @@ func (h *Host) CallOnResponseBody(id uint32, chunk []byte, endOfStream bool) pro
 func (h *Host) body(id, buffer uint32, chunk []byte, eos bool, cb func(uint32, uint32, bool) uint32) proxywasm.Action {
 	s := h.stream(id)
 	s.bodies[buffer] = append(s.bodies[buffer], chunk...)
+	s.held[heldBody+buffer] = true
 	h.effective = id
 	action := proxywasm.Action(cb(id, uint32(len(s.bodies[buffer])), eos))
 	if action == proxywasm.ActionContinue {
 		h.flush(s, buffer)
+		s.held[heldBody+buffer] = false
 	} else {
 		s.pausedBodies[buffer] = true
 	}
@@ -204,22 +232,26 @@ func (h *Host) flush(s *stream, buffer uint32) {
 
 // CallOnRequestTrailers delivers request trailers.
 func (h *Host) CallOnRequestTrailers(id uint32, trailers [][2]string) proxywasm.Action {
-	h.stream(id).maps[abi.MapHttpRequestTrailers] = slices.Clone(trailers)
-	h.effective = id
-	return proxywasm.Action(h.guest().OnRequestTrailers(id, uint32(len(trailers))))
+	return h.headers(id, abi.MapHttpRequestTrailers, trailers, func() uint32 {
+		return h.guest().OnRequestTrailers(id, uint32(len(trailers)))
+	})
 }
 
 // CallOnResponseTrailers delivers response trailers.
 func (h *Host) CallOnResponseTrailers(id uint32, trailers [][2]string) proxywasm.Action {
-	h.stream(id).maps[abi.MapHttpResponseTrailers] = slices.Clone(trailers)
-	h.effective = id
-	return proxywasm.Action(h.guest().OnResponseTrailers(id, uint32(len(trailers))))
+	return h.headers(id, abi.MapHttpResponseTrailers, trailers, func() uint32 {
+		return h.guest().OnResponseTrailers(id, uint32(len(trailers)))
+	})
 }
 
 // CompleteHttpContext ends a stream as Envoy does: on_log, on_done, on_delete.
 func (h *Host) CompleteHttpContext(id uint32) {
 	h.effective = id
+	s := h.stream(id)
+	s.accessLog = true
 	h.guest().OnLog(id)
+	s.accessLog = false
+	s.held = map[uint32]bool{}
 	h.guest().OnDone(id)
 	h.guest().OnDelete(id)
 	delete(h.streams, id)
@@ -358,7 +390,7 @@ func (h *abiHost) buffer(buffer uint32) *[]byte {
 	case abi.BufferHttpCallResponseBody:
 		return &h.callBody
 	case abi.BufferHttpRequestBody, abi.BufferHttpResponseBody:
-		if s, ok := h.streams[h.effective]; ok {
+		if s, ok := h.streams[h.effective]; ok && s.held[heldBody+buffer] {
 			b := s.bodies[buffer]
 			return &b
 		}
@@ -394,7 +426,7 @@ func (h *abiHost) SetBufferBytes(buffer, start, size uint32, value []byte) uint3
 		return abi.StatusNotFound
 	}
 	s, ok := h.streams[h.effective]
-	if !ok {
+	if !ok || !s.held[heldBody+buffer] {
 		return abi.StatusNotFound
 	}
 	old := s.bodies[buffer]
@@ -423,6 +455,12 @@ func (h *abiHost) headerMap(mapType uint32) ([][2]string, uint32) {
 		if !ok {
 			return nil, abi.StatusNotFound
 		}
+		if s.accessLog && (mapType == abi.MapHttpRequestHeaders || mapType == abi.MapHttpResponseHeaders) {
+			return s.maps[mapType], abi.StatusOK
+		}
+		if !s.held[mapType] {
+			return nil, abi.StatusBadArgument
+		}
 		return s.maps[mapType], abi.StatusOK
 	}
 	return nil, abi.StatusBadArgument
@@ -434,6 +472,9 @@ func (h *abiHost) setMap(mapType uint32, pairs [][2]string) uint32 {
 		s, ok := h.streams[h.effective]
 		if !ok {
 			return abi.StatusNotFound
+		}
+		if !s.held[mapType] {
+			return abi.StatusBadArgument
 		}
 		s.maps[mapType] = pairs
 		return abi.StatusOK
@@ -513,13 +554,17 @@ func (h *abiHost) ContinueStream(streamType uint32) uint32 {
 		return abi.StatusBadArgument
 	}
 	s.resumed[streamType]++
-	// Resuming releases a body the filter held.
-	buffer := abi.BufferHttpRequestBody
+	// Resuming releases a body and the header maps the filter held.
+	buffer, maps := abi.BufferHttpRequestBody, []uint32{abi.MapHttpRequestHeaders, abi.MapHttpRequestTrailers}
 	if streamType == abi.StreamHttpResponse {
-		buffer = abi.BufferHttpResponseBody
+		buffer, maps = abi.BufferHttpResponseBody, []uint32{abi.MapHttpResponseHeaders, abi.MapHttpResponseTrailers}
 	}
 	if s.pausedBodies[buffer] {
 		(*Host)(h).flush(s, buffer)
+	}
+	s.held[heldBody+buffer] = false
+	for _, m := range maps {
+		s.held[m] = false
 	}
 	return abi.StatusOK
 }

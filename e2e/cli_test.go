@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The issue-4 suite drives the real `chime` binary: `chime up`, or the
+// host, proxy and mock as separate processes where a test must kill one.
+
+const hostToken = "e2e-host-token"
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// chimeBin builds bin/chime once per test binary.
+func chimeBin(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "chime-e2e-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "chime")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/chime")
+		cmd.Dir = repoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("building chime: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is a running chime subprocess.
+type proc struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startChime runs `chime args...` with env and waits until every URL in
+// ready answers 200.
+func startChime(t testing.TB, env []string, ready []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(chimeBin(t), args...), logs: &syncBuffer{}}
+	p.cmd.Dir = repoRoot()
+	p.cmd.Env = append(append(os.Environ(), "CHIME_NTP=off", "CHIME_HOST_TOKEN="+hostToken), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.kill(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("chime %s output:\n%s", strings.Join(args, " "), p.logs.String())
+		}
+	})
+	for _, u := range ready {
+		waitOK(t, u, p)
+	}
+	return p
+}
+
+func (p *proc) kill(sig syscall.Signal) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func waitOK(t testing.TB, url string, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready: %v\n%s", url, err, p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// demo is one chime stack on free ports.
+type demo struct {
+	proxyURL, hostURL, mockURL string
+	adminURL                   string
+	config                     string // rewritten envoy.yaml
+	dataDir                    string
+	hostPort, mockPort         int
+}
+
+func newDemo(t testing.TB) *demo {
+	t.Helper()
+	d := &demo{hostPort: freePort(t), mockPort: freePort(t), dataDir: t.TempDir()}
+	listen, admin := freePort(t), freePort(t)
+	cfg := rewriteConfig(t, stackConfig{upstreamPort: d.mockPort, hostPort: d.hostPort,
+		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `"}`}, listen, admin)
+	d.config = filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(d.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.proxyURL = fmt.Sprintf("http://127.0.0.1:%d", listen)
+	d.adminURL = fmt.Sprintf("http://127.0.0.1:%d", admin)
+	d.hostURL = fmt.Sprintf("http://127.0.0.1:%d", d.hostPort)
+	d.mockURL = fmt.Sprintf("http://127.0.0.1:%d", d.mockPort)
+	return d
+}
+
+func (d *demo) env() []string { return []string{"CHIME_DATA_DIR=" + d.dataDir} }
+
+// up runs the whole stack as `chime up`.
+func (d *demo) up(t testing.TB) *proc {
+	return startChime(t, d.env(), []string{d.hostURL + "/healthz", d.mockURL + "/__mock/requests", d.adminURL + "/ready"},
+		"up", "-c", d.config, "--host-addr", fmt.Sprintf("127.0.0.1:%d", d.hostPort),
+		"--mock-addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort), "--wasi-profile", "envoy-1.38", "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+}
+
+// host runs `chime host` alone.
+func (d *demo) host(t testing.TB) *proc {
+	return startChime(t, d.env(), []string{d.hostURL + "/healthz"}, "host", "--addr", fmt.Sprintf("127.0.0.1:%d", d.hostPort))
+}
+
+// proxyAndMock runs `chime proxy` and `chime mockllm` as two processes.
+func (d *demo) proxyAndMock(t testing.TB) {
+	startChime(t, nil, []string{d.mockURL + "/__mock/requests"}, "mockllm", "--addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort))
+	startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+}
+
+func postJSON(t testing.TB, url string, hdr map[string]string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest("POST", url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// clock calls the clock tool through the host API, as the response path will.
+func (d *demo) clock(t testing.TB, session string, args map[string]any) map[string]any {
+	t.Helper()
+	for _, k := range []string{"items", "taskId"} {
+		if _, ok := args[k]; !ok {
+			if k == "items" {
+				args[k] = []any{}
+			} else {
+				args[k] = ""
+			}
+		}
+	}
+	code, out := postJSON(t, d.hostURL+"/v1/tools/execute", map[string]string{"authorization": "Bearer " + hostToken},
+		map[string]any{"sessionId": session, "requestId": fmt.Sprintf("e2e-%d", time.Now().UnixNano()), "name": "clock", "arguments": args})
+	if code != http.StatusOK {
+		t.Fatalf("tools/execute: %d %s", code, out)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("tools/execute: %v: %s", err, out)
+	}
+	return res
+}
+
+// mockRequest is one request the mock provider recorded.
+type mockRequest struct {
+	Path       string            `json:"path"`
+	Headers    map[string]string `json:"headers"`
+	Body       string            `json:"body"`
+	ReceivedAt time.Time         `json:"receivedAt"`
+}
+
+func (d *demo) mockRequests(t testing.TB) []mockRequest {
+	t.Helper()
+	resp, err := http.Get(d.mockURL + "/__mock/requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []mockRequest
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (d *demo) script(t testing.TB, replies ...map[string]any) {
+	t.Helper()
+	if code, out := postJSON(t, d.mockURL+"/__mock/script", nil, replies); code/100 != 2 {
+		t.Fatalf("script: %d %s", code, out)
+	}
+}
+
+// readSSE drains an SSE body into its data lines.
+func readSSE(r io.Reader) []string {
+	var data []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
+			data = append(data, strings.TrimSpace(s))
+		}
+	}
+	return data
+}

@@ -1,0 +1,107 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/ntp"
+)
+
+// Defaults of SPEC §12 and §8.
+const (
+	DefaultAddr    = "127.0.0.1:8787"
+	DefaultDataDir = "./data"
+	// DevToken is the shared secret of the product envoy.yaml; a host left on
+	// it warns once at start.
+	DevToken         = "dev-token"
+	DefaultHoldMax   = 60 * time.Second
+	DefaultTouchSync = 2 * time.Second
+)
+
+// Config configures a Service. ConfigFromEnv gives the production
+// defaults; in a Config built by hand, zero fields take the defaults below
+// and a zero NTP field means NTP disabled.
+type Config struct {
+	// Addr is the HTTP listen address (SPEC §12), default DefaultAddr.
+	Addr string
+	// DataDir holds the Badger database (CHIME_DATA_DIR), default DefaultDataDir.
+	DataDir string
+	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN). Empty means
+	// DevToken, with a warning logged once.
+	Token string
+	// NTP configures the clock-offset tracker (SPEC §11).
+	NTP ntp.Config
+	// DueWindow and Retention are the clock task timings of SPEC §6
+	// (defaults 60 s and 20 min).
+	DueWindow time.Duration
+	Retention time.Duration
+	// HoldMax is holdMaxMs of SPEC §8 (default 60 s), for the response path.
+	HoldMax time.Duration
+	// DisableClock turns the clock feature off: prepare announces no tools
+	// and reserves nothing, and the clock tool answers ok:false.
+	DisableClock bool
+	// TouchSync is how often session lastSeenAt updates are written
+	// (default 2 s); see internal/touch.
+	TouchSync time.Duration
+	// WallClock replaces time.Now as the uncorrected clock (tests); the NTP
+	// offset is applied on top of it.
+	WallClock func() time.Time
+}
+
+// ConfigFromEnv reads CHIME_DATA_DIR, CHIME_HOST_TOKEN and the CHIME_NTP*
+// variables (SPEC §12) on top of the defaults. A bad value is an error
+// naming the variable.
+func ConfigFromEnv() (Config, error) {
+	nc, err := ntp.ConfigFromEnv()
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{
+		Addr:      DefaultAddr,
+		DataDir:   DefaultDataDir,
+		NTP:       nc,
+		DueWindow: clock.DefaultDueWindow,
+		Retention: clock.DefaultRetention,
+		HoldMax:   DefaultHoldMax,
+		TouchSync: DefaultTouchSync,
+	}
+	if v, ok := os.LookupEnv("CHIME_DATA_DIR"); ok && strings.TrimSpace(v) != "" {
+		cfg.DataDir = strings.TrimSpace(v)
+	}
+	if v, ok := os.LookupEnv("CHIME_HOST_TOKEN"); ok {
+		if v != strings.TrimSpace(v) {
+			return Config{}, fmt.Errorf("CHIME_HOST_TOKEN has leading or trailing white space")
+		}
+		cfg.Token = v
+	}
+	return cfg, nil
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.DueWindow <= 0 {
+		c.DueWindow = clock.DefaultDueWindow
+	}
+	if c.Retention <= 0 {
+		c.Retention = clock.DefaultRetention
+	}
+	if c.HoldMax <= 0 {
+		c.HoldMax = DefaultHoldMax
+	}
+	if c.TouchSync <= 0 {
+		c.TouchSync = DefaultTouchSync
+	}
+	if c.WallClock == nil {
+		c.WallClock = time.Now
+	}
+	return c
+}

@@ -1,0 +1,216 @@
+package host
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/llm"
+)
+
+// PathToolsExecute runs a server tool over HTTP (ToolExecutor).
+const PathToolsExecute = "/v1/tools/execute"
+
+// maxBody bounds a filter API request body; prepare bodies are small.
+const maxBody = 1 << 20
+
+// ToolCall is the body of POST /v1/tools/execute.
+type ToolCall struct {
+	SessionID string          `json:"sessionId"`
+	RequestID string          `json:"requestId"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	Timezone  string          `json:"timezone,omitempty"` // IANA zone for `get` and repeats
+}
+
+// routes builds the mux; every route is counted by endpoint name.
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern, endpoint string, h http.HandlerFunc) {
+		mux.Handle(pattern, s.count(endpoint, h))
+	}
+	handle("POST "+llm.PathPrepare, "prepare", s.authed(s.handlePrepare))
+	handle("POST "+llm.PathCommit, "commit", s.authed(s.handleOutcome(true)))
+	handle("POST "+llm.PathRollback, "rollback", s.authed(s.handleOutcome(false)))
+	handle("GET "+llm.PathState, "state", s.authed(s.handleState))
+	handle("POST "+PathToolsExecute, "tools_execute", s.authed(s.handleToolsExecute))
+	handle("GET /healthz", "healthz", s.handleHealthz)
+	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
+	handle("GET /api/sessions", "api_sessions", s.dashboard(s.handleSessions))
+	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
+	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
+		if allow, ok := knownMethods[r.URL.Path]; ok {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+": use "+allow)
+			return
+		}
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// knownMethods lets a wrong method get 405 instead of 404.
+var knownMethods = map[string]string{
+	llm.PathPrepare: "POST", llm.PathCommit: "POST", llm.PathRollback: "POST", llm.PathState: "GET",
+	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
+}
+
+// statusRecorder remembers the status code for the request counter.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Service) count(endpoint string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r)
+		if rec.code == 0 {
+			rec.code = http.StatusOK
+		}
+		s.metrics.Requests.WithLabelValues(endpoint, strconv.Itoa(rec.code)).Inc()
+	})
+}
+
+// tokenOK checks `authorization: Bearer <token>` in constant time; hashing
+// both sides first hides the token's length too.
+func (s *Service) tokenOK(r *http.Request) bool {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// authed answers 401 before h can touch any state (SPEC §14).
+func (s *Service) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.tokenOK(r) {
+			unauthorized(w)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="chime host"`)
+	writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (authorization: Bearer <CHIME_HOST_TOKEN>)")
+}
+
+// decodeBody reads a JSON body into v, answering 400 or 413 itself.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body over 1 MiB")
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
+	var req llm.PrepareRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Prepare(r.Context(), req))
+}
+
+func (s *Service) handleOutcome(commit bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req llm.OutcomeRequest
+		if !decodeBody(w, r, &req) {
+			return
+		}
+		if req.RequestID == "" {
+			writeError(w, http.StatusBadRequest, "requestId is required")
+			return
+		}
+		var err error
+		if commit {
+			_, err = s.Commit(r.Context(), req.RequestID)
+		} else {
+			_, err = s.Rollback(r.Context(), req.RequestID)
+		}
+		if err != nil {
+			s.log.Warn("reservation outcome failed", "commit", commit, "request", req.RequestID, "err", err)
+			writeError(w, http.StatusInternalServerError, "storage failure: "+err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Service) handleState(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.State())
+}
+
+func (s *Service) handleToolsExecute(w http.ResponseWriter, r *http.Request) {
+	var call ToolCall
+	if !decodeBody(w, r, &call) {
+		return
+	}
+	ctx := clock.WithLocation(r.Context(), s.location(call.Timezone))
+	res := s.Execute(ctx, call.SessionID, call.RequestID, call.Name, call.Arguments)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(res)
+}
+
+func (s *Service) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		OK  bool        `json:"ok"`
+		NTP llm.NTPInfo `json:"ntp"`
+	}{true, s.ntpInfo()})
+}
+
+// isLoopback reports whether the request came from this machine.
+func isLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

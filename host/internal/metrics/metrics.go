@@ -1,0 +1,105 @@
+// Package metrics holds the host's Prometheus instruments (SPEC §12
+// `/metrics`). Each Service has its own registry, so several services can
+// live in one process (tests) without colliding.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/chimehq/chime/ntp"
+)
+
+// Outcome label values of Reservations.
+const (
+	Committed  = "committed"
+	RolledBack = "rolled_back"
+)
+
+// Metrics is the host's instrument set.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	// Requests counts HTTP requests by endpoint name and status code.
+	Requests *prometheus.CounterVec
+	// RemindersInjected counts reminders handed to the filter by prepare.
+	RemindersInjected prometheus.Counter
+	// Reservations counts commits and rollbacks that released at least one task.
+	Reservations *prometheus.CounterVec
+	// Directives counts directives applied, by kind; DirectiveErrors those skipped.
+	Directives      *prometheus.CounterVec
+	DirectiveErrors *prometheus.CounterVec
+	// ToolCalls counts server-tool executions by tool and result ok.
+	ToolCalls *prometheus.CounterVec
+}
+
+// New builds the instruments on a fresh registry with the Go and process
+// collectors. snapshot feeds the NTP gauges at scrape time.
+func New(snapshot func() ntp.State) *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		registry: r,
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_host_requests_total", Help: "HTTP requests served by the host, by endpoint and status code.",
+		}, []string{"endpoint", "code"}),
+		RemindersInjected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_reminders_injected_total", Help: "Due reminders reserved and returned to the filter for injection.",
+		}),
+		Reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_reservations_total", Help: "Reservations finished with at least one task, by outcome.",
+		}, []string{"outcome"}),
+		Directives: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_directives_total", Help: "Directives applied to session state, by kind.",
+		}, []string{"kind"}),
+		DirectiveErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_directive_errors_total", Help: "Directives skipped because they failed, by kind.",
+		}, []string{"kind"}),
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_tool_calls_total", Help: "Server-tool calls executed, by tool and whether the result was ok.",
+		}, []string{"tool", "ok"}),
+	}
+	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.ToolCalls,
+		ntpCollector{snapshot: snapshot},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Both outcomes are visible from the start, at zero.
+	m.Reservations.WithLabelValues(Committed)
+	m.Reservations.WithLabelValues(RolledBack)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// ntpStatuses are every value of chime_ntp_status's label (SPEC §11).
+var ntpStatuses = []ntp.Status{ntp.StatusOK, ntp.StatusStale, ntp.StatusError, ntp.StatusDisabled}
+
+var (
+	ntpOffsetDesc = prometheus.NewDesc("chime_ntp_offset_ms", "Applied NTP clock offset in milliseconds.", nil, nil)
+	ntpStatusDesc = prometheus.NewDesc("chime_ntp_status", "NTP status: 1 for the current status, 0 for the others.", []string{"status"}, nil)
+)
+
+// ntpCollector reads the tracker at scrape time, so the gauges are never stale.
+type ntpCollector struct{ snapshot func() ntp.State }
+
+func (c ntpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ntpOffsetDesc
+	ch <- ntpStatusDesc
+}
+
+func (c ntpCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.snapshot()
+	ch <- prometheus.MustNewConstMetric(ntpOffsetDesc, prometheus.GaugeValue, float64(s.OffsetMs))
+	for _, st := range ntpStatuses {
+		v := 0.0
+		if st == s.Status {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(ntpStatusDesc, prometheus.GaugeValue, v, string(st))
+	}
+}

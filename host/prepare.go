@@ -1,0 +1,237 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/storage"
+)
+
+// PrepareAnswer is the prepare response body: llm.PrepareResponse plus the
+// session's pinned route (SPEC §4), which the filter needs on every request
+// of the session, not only the one carrying `<**route:…**>`.
+type PrepareAnswer struct {
+	llm.PrepareResponse
+	// Route is the pinned upstream route after this request's directives;
+	// "" when none.
+	Route string `json:"route,omitempty"`
+}
+
+// Directive kinds of llm.HostDirective.Kind (SPEC §4).
+const (
+	kindStopMessage      = "stopMessage"
+	kindStopMessageClear = "stopMessage:clear"
+	kindClock            = "clock"
+	kindClockClear       = "clock:clear"
+	kindRoute            = "route"
+	kindRouteClear       = "route:clear"
+)
+
+// maxRouteLen bounds a pinned route name; routes are header values.
+const maxRouteLen = 128
+
+var errNoSession = errors.New("no session id on the request")
+
+// Prepare is the request-path call of SPEC §1: it touches the session,
+// applies the directives in order, reserves the session's due reminders for
+// req.RequestID and tells the filter what to inject. A failing directive is
+// logged and skipped; Prepare itself never fails.
+func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAnswer {
+	now := s.now()
+	ctx = clock.WithLocation(ctx, s.location(req.Timezone))
+	ans := PrepareAnswer{PrepareResponse: llm.PrepareResponse{NowMs: now.UnixMilli(), NTP: s.ntpInfo()}}
+	if !s.cfg.DisableClock {
+		ans.Tools = []string{clock.ToolName}
+	}
+	sid := req.SessionID
+	if sid != "" {
+		s.touches.Touch(sid, now.UnixMilli())
+	}
+	for i, d := range req.Directives {
+		kind := directiveLabel(d.Kind)
+		if err := s.applyDirective(ctx, sid, req.RequestID, d, now); err != nil {
+			s.metrics.DirectiveErrors.WithLabelValues(kind).Inc()
+			// The error can quote directive text: debug only.
+			s.log.Debug("directive skipped", "kind", kind, "index", i, "request", req.RequestID, "err", err)
+			continue
+		}
+		s.metrics.Directives.WithLabelValues(kind).Inc()
+	}
+	if sid == "" {
+		return ans
+	}
+	if !s.cfg.DisableClock {
+		rs, err := s.engine.Reserve(ctx, sid, req.RequestID, now)
+		switch {
+		case errors.Is(err, clock.ErrNoRequestID):
+			s.log.Debug("prepare without request id: no reminders reserved", "session", sid)
+		case err != nil:
+			s.log.Warn("reserving due reminders failed; none injected", "err", err)
+		case len(rs) > 0:
+			ans.Reminders = clock.RenderReminders(rs)
+			ans.Reserved = true
+			s.metrics.RemindersInjected.Add(float64(len(rs)))
+			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
+		}
+	}
+	if sess, ok, err := s.store.GetSession(sid); err != nil {
+		s.log.Warn("reading session record failed", "err", err)
+	} else if ok {
+		ans.Route = sess.Route
+	}
+	return ans
+}
+
+// applyDirective applies one directive to the session's state; every write
+// is synchronous (SPEC §6 write-through).
+func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d llm.HostDirective, now time.Time) error {
+	if sid == "" {
+		return errNoSession
+	}
+	switch d.Kind {
+	case kindStopMessage:
+		if strings.TrimSpace(d.Text) == "" {
+			return errors.New("stopMessage text is empty")
+		}
+		n := d.MaxRepeats
+		if n == 0 {
+			n = llm.DefaultStopMessageRepeats
+		}
+		if n < 1 {
+			return fmt.Errorf("stopMessage repeats %d: want N ≥ 1", n)
+		}
+		return s.store.PutStopMessage(sid, storage.StopMessage{Text: d.Text, MaxRepeats: n, UpdatedAt: now.UnixMilli()})
+	case kindStopMessageClear:
+		_, err := s.store.DeleteStopMessage(sid)
+		return err
+	case kindClockClear:
+		_, err := s.engine.ApplyClear(ctx, sid)
+		return err
+	case kindClock:
+		if d.Clock == nil {
+			return errors.New("clock directive without a task")
+		}
+		payload, err := json.Marshal(d.Clock)
+		if err != nil {
+			return err
+		}
+		_, err = s.engine.ScheduleFromDirective(ctx, sid, requestID, string(payload))
+		return err
+	case kindRoute:
+		if err := checkRoute(d.Route); err != nil {
+			return err
+		}
+		return s.setRoute(sid, d.Route, now)
+	case kindRouteClear:
+		return s.setRoute(sid, "", now)
+	}
+	return fmt.Errorf("unknown directive kind %q", d.Kind)
+}
+
+// checkRoute accepts a header-safe route name.
+func checkRoute(r string) error {
+	if r == "" || len(r) > maxRouteLen {
+		return fmt.Errorf("route name must be 1..%d bytes", maxRouteLen)
+	}
+	for i := 0; i < len(r); i++ {
+		if c := r[i]; c <= ' ' || c >= 0x7f {
+			return errors.New("route name must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// setRoute pins (or, with "", unpins) the session's route on its record.
+func (s *Service) setRoute(sid, route string, now time.Time) error {
+	return s.store.Update(func(tx *storage.Tx) error {
+		sess, ok, err := tx.Session(sid)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			sess = storage.Session{ID: sid, CreatedAt: now.UnixMilli()}
+		}
+		sess.LastSeenAt = max(sess.LastSeenAt, now.UnixMilli())
+		sess.Route = route
+		return tx.PutSession(sess)
+	})
+}
+
+// directiveLabel bounds the metric label set to the known kinds.
+func directiveLabel(kind string) string {
+	switch kind {
+	case kindStopMessage, kindStopMessageClear, kindClock, kindClockClear, kindRoute, kindRouteClear:
+		return kind
+	}
+	return "unknown"
+}
+
+// Commit records delivery of requestID's reserved reminders (the response
+// started to reach the client, SPEC §6). An unknown id commits nothing.
+func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
+	n, err := s.engine.Commit(ctx, requestID)
+	if err == nil && n > 0 {
+		s.metrics.Reservations.WithLabelValues(metrics.Committed).Inc()
+		s.log.Info("reminders committed", "request", requestID, "count", n)
+	}
+	return n, err
+}
+
+// Rollback releases requestID's reserved reminders (upstream failure or a
+// reset before the response started, SPEC §6) so a later request gets them.
+func (s *Service) Rollback(ctx context.Context, requestID string) (int, error) {
+	n, err := s.engine.Rollback(ctx, requestID)
+	if err == nil && n > 0 {
+		s.metrics.Reservations.WithLabelValues(metrics.RolledBack).Inc()
+		s.log.Info("reminders rolled back", "request", requestID, "count", n)
+	}
+	return n, err
+}
+
+// toolResult is the ok:false result of a call the host cannot route.
+type toolResult struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error"`
+}
+
+// Execute runs one server-tool call (ToolExecutor). Only `clock` exists so
+// far; any other name is an ok:false result.
+func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage {
+	var res json.RawMessage
+	label := name
+	switch {
+	case name == clock.ToolName && !s.cfg.DisableClock:
+		res = s.engine.Execute(ctx, sessionID, requestID, args)
+	case name == clock.ToolName:
+		res = mustJSON(toolResult{Error: "the clock tool is disabled on this host"})
+	default:
+		label = "unknown"
+		res = mustJSON(toolResult{Error: fmt.Sprintf("unknown tool %q; this host serves: %s", name, clock.ToolName)})
+	}
+	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
+	return res
+}
+
+func okLabel(res json.RawMessage) string {
+	if gjson.GetBytes(res, "ok").Bool() {
+		return "true"
+	}
+	return "false"
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs of this package
+	}
+	return b
+}

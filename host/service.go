@@ -1,0 +1,201 @@
+// Package host is the chime host service (SPEC §1): the state and time
+// owner that the filter calls out to. It persists sessions, clock tasks and
+// stopMessage state in Badger, keeps the NTP offset, applies directives,
+// reserves due reminders for the filter to inject, executes server tools,
+// and serves /healthz, /metrics and a read-only dashboard API.
+// docs/host-api.md describes the HTTP API.
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/host/internal/touch"
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/ntp"
+	"github.com/chimehq/chime/storage"
+)
+
+// ToolExecutor runs one server-tool call for the requesting session and
+// returns the tool's JSON result (SPEC §6). Failures are results with
+// ok:false, never Go errors. ctx may carry clock.WithLocation for the
+// request's time zone. The response path calls it in process; POST
+// /v1/tools/execute exposes it over HTTP.
+type ToolExecutor interface {
+	Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage
+}
+
+// Service is the host. Create it with New, serve it with Run (or Serve),
+// and Close it when not running.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *storage.Store
+	tracker  *ntp.Tracker
+	engine   *clock.Engine
+	touches  *touch.Batcher
+	metrics  *metrics.Metrics
+	tokenSum [sha256.Size]byte
+	handler  http.Handler
+
+	zones sync.Map // IANA name → *time.Location
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ ToolExecutor = (*Service)(nil)
+
+// devTokenWarning is logged once per process, however many services start.
+var devTokenWarning sync.Once
+
+// New opens the store in cfg.DataDir and wires the service. It starts
+// nothing: no NTP sync, no sweep, no listener.
+func New(cfg Config, logger *slog.Logger) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if cfg.Token == "" {
+		cfg.Token = DevToken
+		devTokenWarning.Do(func() {
+			logger.Warn("CHIME_HOST_TOKEN is not set; using the development token of the sample envoy.yaml. Set a secret for anything but local use")
+		})
+	}
+	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	tracker, err := ntp.New(cfg.NTP, store, ntp.WithWallClock(cfg.WallClock), ntp.WithLogger(logger))
+	if err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	engine, err := clock.New(clock.Config{
+		Store: store, Now: tracker.Now, NTP: tracker.Snapshot,
+		DueWindow: cfg.DueWindow, Retention: cfg.Retention, Logger: logger,
+	})
+	if err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	s := &Service{
+		cfg: cfg, log: logger, store: store, tracker: tracker, engine: engine,
+		touches:  touch.New(store, logger),
+		metrics:  metrics.New(tracker.Snapshot),
+		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the host's HTTP API (docs/host-api.md).
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Run listens on Config.Addr and serves until ctx ends; see Serve. The
+// store is closed when Run returns, whatever the reason.
+func (s *Service) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		_ = s.Close()
+		return fmt.Errorf("host: listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve starts the NTP tracker, the clock sweep (startup scan, then every
+// 60 s; SPEC §6) and the session-touch writer, and serves HTTP on ln until
+// ctx ends. It then stops them, closes the store and returns.
+func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.tracker.Start(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.engine.Run(ctx) })
+	ticker := time.NewTicker(s.cfg.TouchSync)
+	defer ticker.Stop()
+	wg.Go(func() { s.touches.Run(ctx, ticker.C) })
+
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("host listening", "addr", ln.Addr().String(), "data", s.cfg.DataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	cancel()
+	wg.Wait()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, s.Close())
+}
+
+// Close writes pending session touches and closes the store. It is safe to
+// call more than once.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.touches.Flush(); err != nil {
+			s.log.Warn("host: final session touch flush failed", "err", err)
+		}
+		s.closeErr = s.store.Close()
+	})
+	return s.closeErr
+}
+
+// now is host time with the NTP offset (SPEC §5 nowMs).
+func (s *Service) now() time.Time { return s.tracker.Now() }
+
+func (s *Service) ntpInfo() llm.NTPInfo {
+	st := s.tracker.Snapshot()
+	info := llm.NTPInfo{Status: string(st.Status), OffsetMs: st.OffsetMs, Server: st.Server}
+	if !st.UpdatedAt.IsZero() {
+		info.UpdatedAt = st.UpdatedAt.UnixMilli()
+	}
+	return info
+}
+
+// State answers the filter's tick (GET /v1/filter/state).
+func (s *Service) State() llm.StateResponse {
+	return llm.StateResponse{NowMs: s.now().UnixMilli(), NTP: s.ntpInfo()}
+}
+
+// location resolves an IANA zone name, cached; nil when unknown or empty.
+func (s *Service) location(name string) *time.Location {
+	if name == "" {
+		return nil
+	}
+	if v, ok := s.zones.Load(name); ok {
+		return v.(*time.Location)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		s.log.Debug("host: unknown time zone ignored", "tz", name)
+		return nil
+	}
+	s.zones.Store(name, loc)
+	return loc
+}

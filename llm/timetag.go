@@ -1,0 +1,61 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TimeTagPrefix starts every time tag (SPEC §5).
+const TimeTagPrefix = "[Time/Date]: "
+
+// ErrTimezone reports a zone name that is not a loadable IANA zone.
+var ErrTimezone = errors.New("llm: unknown timezone")
+
+// FormatTimeTag renders the time tag of SPEC §5, exactly:
+//
+//	[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`
+//
+// nowMs is wall's Unix milliseconds plus ntpOffsetMs, and utc and local
+// render that instant (always three fraction digits) in UTC and in loc. A
+// nil loc means UTC. The tz field is loc's name, so loc should come from
+// LoadTimezone (time.Local would print "Local").
+func FormatTimeTag(wall time.Time, loc *time.Location, ntpOffsetMs int64) string {
+	if loc == nil {
+		loc = time.UTC
+	}
+	nowMs := wall.UnixMilli() + ntpOffsetMs
+	now := time.UnixMilli(nowMs)
+	b := make([]byte, 0, 160)
+	b = append(b, TimeTagPrefix...)
+	b = append(b, "utc=`"...)
+	b = now.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z")
+	b = append(b, "` local=`"...)
+	b = now.In(loc).AppendFormat(b, "2006-01-02 15:04:05.000 -07:00")
+	b = append(b, "` tz=`"...)
+	b = append(b, loc.String()...)
+	b = append(b, "` nowMs=`"...)
+	b = strconv.AppendInt(b, nowMs, 10)
+	b = append(b, "` ntpOffsetMs=`"...)
+	b = strconv.AppendInt(b, ntpOffsetMs, 10)
+	b = append(b, '`')
+	return string(b)
+}
+
+// LoadTimezone loads an IANA zone by name for the time tag (SPEC §5). It
+// rejects "" and "Local", which time.LoadLocation accepts but which name
+// no zone, and anything that is not in the zone database. Inside wasm the
+// database must be embedded (import time/tzdata in the main package).
+func LoadTimezone(name string) (*time.Location, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || name == "Local" || len(name) > 64 {
+		return nil, fmt.Errorf("%w %q", ErrTimezone, name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q", ErrTimezone, name)
+	}
+	return loc, nil
+}

@@ -1,0 +1,128 @@
+package llm
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func TestClockToolSpecIsStrict(t *testing.T) {
+	spec := ClockToolSpec()
+	if spec.Name != "clock" || !spec.Strict || !strings.Contains(spec.Description, "[scheduled task:") {
+		t.Fatalf("spec = %+v", spec)
+	}
+	var schema map[string]any
+	must(t, json.Unmarshal(spec.Parameters, &schema))
+	// Strict mode: every object lists all its properties as required and
+	// forbids others.
+	var check func(path string, node map[string]any)
+	check = func(path string, node map[string]any) {
+		if node["type"] == "object" {
+			props, _ := node["properties"].(map[string]any)
+			var names, required []string
+			for k := range props {
+				names = append(names, k)
+			}
+			for _, r := range node["required"].([]any) {
+				required = append(required, r.(string))
+			}
+			slices.Sort(names)
+			slices.Sort(required)
+			if !slices.Equal(names, required) || node["additionalProperties"] != false {
+				t.Errorf("%s: properties %v, required %v, additionalProperties %v", path, names, required, node["additionalProperties"])
+			}
+			for k, v := range props {
+				check(path+"."+k, v.(map[string]any))
+			}
+		}
+		if items, ok := node["items"].(map[string]any); ok {
+			check(path+"[]", items)
+		}
+	}
+	check("clock", schema)
+	g := gjson.ParseBytes(spec.Parameters)
+	var actions []string
+	for _, a := range g.Get("properties.action.enum").Array() {
+		actions = append(actions, a.Str)
+	}
+	if !slices.Equal(actions, ClockActions) {
+		t.Errorf("actions = %v", actions)
+	}
+	for _, f := range []string{"dueAt", "task", "tool", "arguments", "repeat", "maxRuns"} {
+		if !g.Get("properties.items.items.properties." + f).Exists() {
+			t.Errorf("items[] lacks %s", f)
+		}
+	}
+	if g.Get("properties.items.items.properties.arguments.type").Str != "string" || g.Get("properties.items.items.properties.maxRuns.type").Str != "integer" {
+		t.Error("arguments must be a JSON string and maxRuns an integer")
+	}
+}
+
+func TestInjectToolsShapes(t *testing.T) {
+	spec := ToolSpec{Name: "clock", Description: "d \"q\"", Parameters: json.RawMessage(`{"type":"object"}`), Strict: true}
+	tests := []struct {
+		p          Protocol
+		body, want string
+	}{
+		{Chat, `{"messages":[]}`, `{"messages":[],"tools":[{"type":"function","function":{"name":"clock","description":"d \"q\"","parameters":{"type":"object"},"strict":true}}]}`},
+		{Responses, `{"input":"x","tools":null}`, `{"input":"x","tools":[{"type":"function","name":"clock","description":"d \"q\"","parameters":{"type":"object"},"strict":true}]}`},
+		{Messages, `{"messages":[],"tools":[ ]}`, `{"messages":[],"tools":[{"name":"clock","description":"d \"q\"","input_schema":{"type":"object"}} ]}`},
+		{Messages, `{"messages":[],"tools":[{"name":"a","input_schema":{}}]}`, `{"messages":[],"tools":[{"name":"a","input_schema":{}},{"name":"clock","description":"d \"q\"","input_schema":{"type":"object"}}]}`},
+	}
+	for _, tt := range tests {
+		r := parse(t, tt.p, tt.body)
+		if r.HasToolNamed("clock") {
+			t.Error("HasToolNamed before injection")
+		}
+		must(t, r.InjectTools([]ToolSpec{spec}))
+		if got := edited(t, r); got != tt.want {
+			t.Errorf("%v:\ngot  %s\nwant %s", tt.p, got, tt.want)
+		}
+		if !r.HasToolNamed("clock") {
+			t.Error("HasToolNamed after injection")
+		}
+	}
+}
+
+func TestInjectToolsReplacesSameName(t *testing.T) {
+	r := parse(t, Chat, `{"messages":[],"tools":[{"type":"function","function":{"name":"clock","parameters":{}}},{"type":"custom","custom":{"name":"grep"}}]}`)
+	if !r.HasToolNamed("grep") || !r.HasToolNamed("clock") {
+		t.Fatal("client tools not found")
+	}
+	must(t, r.InjectTools([]ToolSpec{{Name: "clock", Description: "v1"}, {Name: "timer", Description: "v1"}}))
+	must(t, r.InjectTools([]ToolSpec{{Name: "clock", Description: "v2"}, {Name: "timer", Description: "v2"}}))
+	out := edited(t, r)
+	if names := toolNames(Chat, []byte(out)); !slices.Equal(names, []string{"clock", "", "timer"}) {
+		t.Errorf("names = %v in %s", names, out)
+	}
+	if gjson.Get(out, "tools.0.function.description").Str != "v2" || gjson.Get(out, "tools.2.function.description").Str != "v2" {
+		t.Errorf("not replaced: %s", out)
+	}
+	// The same for a tools list chime created itself.
+	r = parse(t, Messages, `{"messages":[]}`)
+	must(t, r.InjectTools([]ToolSpec{{Name: "a"}, {Name: "b"}}))
+	must(t, r.InjectTools([]ToolSpec{{Name: "a", Description: "new"}}))
+	if got := gjson.Get(edited(t, r), "tools").Raw; got != `[{"name":"a","description":"new","input_schema":{"type":"object","properties":{}}},{"name":"b","description":"","input_schema":{"type":"object","properties":{}}}]` {
+		t.Errorf("got %s", got)
+	}
+}
+
+func TestInjectToolsErrors(t *testing.T) {
+	r := parse(t, Chat, `{"messages":[],"tools":{}}`)
+	if err := r.InjectTools([]ToolSpec{{Name: "a"}}); !errors.Is(err, ErrBodyShape) {
+		t.Errorf("tools object: %v", err)
+	}
+	r = parse(t, Chat, `{"messages":[]}`)
+	for _, bad := range []ToolSpec{{Name: ""}, {Name: "has space"}, {Name: strings.Repeat("x", 65)}, {Name: "p", Parameters: json.RawMessage(`[1]`)}, {Name: "p", Parameters: json.RawMessage(`{`)}} {
+		if err := r.InjectTools([]ToolSpec{{Name: "ok"}, bad}); !errors.Is(err, ErrToolSpec) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	if r.Edited() {
+		t.Error("a failed InjectTools left edits behind")
+	}
+}

@@ -1,0 +1,100 @@
+package filter
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+const (
+	// tickPeriodMs is how often the filter refreshes the NTP offset.
+	tickPeriodMs = 30_000
+	// backgroundTimeoutMs bounds the calls nobody waits for: outcomes and
+	// the tick's state refresh.
+	backgroundTimeoutMs = 5_000
+	// maxAnswerBytes caps how much of a host answer is read.
+	maxAnswerBytes = 1 << 20
+)
+
+// callHost sends one request to the host cluster with the shared token
+// (SPEC §12, llm/hostapi.go). body nil sends a GET.
+func (p *pluginContext) callHost(path string, body []byte, timeoutMs int64, cb proxywasm.HttpCallCallback) error {
+	method := "POST"
+	if body == nil {
+		method = "GET"
+	}
+	headers := [][2]string{
+		{":method", method},
+		{":path", path},
+		{":authority", p.cfg.HostAuthority},
+	}
+	if body != nil {
+		headers = append(headers, [2]string{"content-type", "application/json"})
+	}
+	if p.cfg.Token != "" {
+		headers = append(headers, [2]string{"authorization", "Bearer " + p.cfg.Token})
+	}
+	_, err := proxywasm.DispatchHttpCall(p.cfg.HostCluster, headers, body, nil, uint32(timeoutMs), cb)
+	return err
+}
+
+// readAnswer decodes the host answer being delivered into v. It returns
+// "" on success, or why the call failed: no answer (timeout, reset,
+// unreachable: numHeaders is 0), a non-2xx status, or a body that is not
+// the expected JSON.
+func readAnswer(numHeaders, bodySize int, v any) (failure string) {
+	if numHeaders == 0 {
+		return "no response (timeout, reset or unreachable)"
+	}
+	body, _ := proxywasm.GetHttpCallResponseBody(0, min(bodySize, maxAnswerBytes))
+	if status := httpCallStatus(); status < 200 || status > 299 {
+		failure = "status " + strconv.Itoa(status)
+		if len(body) > 0 {
+			failure += ": " + string(body[:min(len(body), 256)])
+		}
+		return failure
+	}
+	if v == nil {
+		return ""
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return "unreadable answer: " + err.Error()
+	}
+	return ""
+}
+
+// httpCallStatus is the :status of the HTTP call response being delivered,
+// or 0 when absent or malformed.
+func httpCallStatus() int {
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return 0
+	}
+	for _, kv := range hs {
+		if kv[0] == ":status" {
+			n, err := strconv.Atoi(kv[1])
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// newRequestID makes a random 128-bit hex id for requests without
+// x-request-id. math/rand/v2's runtime source is seeded from WASI
+// random_get, which Envoy provides.
+func newRequestID() string {
+	var b [16]byte
+	for i := 0; i < len(b); i += 8 {
+		v := rand.Uint64()
+		for j := range 8 {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return hex.EncodeToString(b[:])
+}

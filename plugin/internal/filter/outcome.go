@@ -1,0 +1,55 @@
+package filter
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+// OnHttpResponseHeaders is SPEC §1 request path step 3: the response
+// starts to reach the client, so a reservation is committed on 2xx and
+// rolled back otherwise. The response is never delayed for it.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) proxywasm.Action {
+	if !h.handled {
+		return proxywasm.ActionContinue
+	}
+	h.responseStarted = true
+	if h.reserved && !h.outcomeSent {
+		status, _ := proxywasm.GetHttpResponseHeader(":status")
+		path := llm.PathRollback
+		if n, err := strconv.Atoi(status); err == nil && n >= 200 && n <= 299 {
+			path = llm.PathCommit
+		}
+		h.outcomeSent = true
+		h.plugin.sendOutcome(path, h.requestID)
+	}
+	return proxywasm.ActionContinue
+}
+
+// OnHttpStreamDone rolls back a reservation whose response never started:
+// an upstream reset or a client that went away (SPEC §6).
+func (h *httpContext) OnHttpStreamDone() {
+	h.streamDone = true
+	if h.reserved && !h.outcomeSent {
+		h.outcomeSent = true
+		h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+	}
+}
+
+// sendOutcome reports a reservation's outcome (llm.PathCommit or
+// llm.PathRollback), fire and forget: failures are logged and counted.
+func (p *pluginContext) sendOutcome(path, requestID string) {
+	body, _ := json.Marshal(llm.OutcomeRequest{RequestID: requestID})
+	err := p.callHost(path, body, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
+		if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
+			p.hostFailures.inc()
+			proxywasm.LogWarnf("chime: request %s: %s failed: %s", requestID, path, failure)
+		}
+	})
+	if err != nil {
+		p.hostFailures.inc()
+		proxywasm.LogWarnf("chime: request %s: cannot send %s: %v", requestID, path, err)
+	}
+}

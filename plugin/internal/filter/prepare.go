@@ -1,0 +1,147 @@
+package filter
+
+import (
+	"encoding/json"
+
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+// serverTools maps the tool names a prepare answer may list to the specs
+// the filter injects (the filter owns the schemas, llm/hostapi.go).
+var serverTools = map[string]func() llm.ToolSpec{
+	llm.ClockToolName: llm.ClockToolSpec,
+}
+
+// prepare sends the prepare call and pauses the request until the answer.
+// If the call cannot be sent, the request is finished at once.
+func (h *httpContext) prepare(prep llm.PrepareRequest) proxywasm.Action {
+	body, err := json.Marshal(prep)
+	if err == nil {
+		err = h.plugin.callHost(llm.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
+	}
+	if err != nil {
+		return h.prepareFailed("dispatch prepare: " + err.Error())
+	}
+	return proxywasm.ActionPause
+}
+
+// onPrepareAnswer runs when the host answers, fails or times out. The
+// call belongs to the plugin context, so the stream may be gone by now.
+func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
+	var ans llm.PrepareResponse
+	failure := readAnswer(numHeaders, bodySize, &ans)
+	if failure == "" {
+		h.plugin.learnNTP(ans.NTP)
+	}
+	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
+	switch {
+	case failure == "" && ans.Reserved && gone:
+		h.plugin.sendOutcome(llm.PathRollback, h.requestID) // a reservation must not linger
+	case numHeaders == 0:
+		// A prepare that timed out may still have reserved reminders this
+		// request never carried; undo that (the host ignores unknown ids).
+		h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+	}
+	if gone {
+		return
+	}
+	if failure != "" {
+		if h.prepareFailed(failure) == proxywasm.ActionContinue {
+			h.resume()
+		}
+		return
+	}
+	delivered := h.rewrite(&ans)
+	if ans.Reserved {
+		if delivered {
+			h.reserved = true
+		} else {
+			h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+		}
+	}
+	h.resume()
+}
+
+// prepareFailed finishes a request whose prepare call failed. With
+// failOpen (SPEC §1) the tags are still stripped and the time tag still
+// added from the filter's clock and last known NTP offset, and the
+// request continues; otherwise it is answered with 503.
+func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
+	p := h.plugin
+	p.hostFailures.inc()
+	proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.requestID, reason)
+	if !p.cfg.FailOpen {
+		h.req = nil
+		err := proxywasm.SendHttpResponse(503, [][2]string{{"content-type", "application/json"}},
+			[]byte(`{"error":{"type":"chime_host_unavailable","message":"chime host unavailable"}}`), -1)
+		if err != nil {
+			proxywasm.LogWarnf("chime: request %s: send 503: %v", h.requestID, err)
+		}
+		return proxywasm.ActionPause
+	}
+	p.failOpen.inc()
+	h.rewrite(nil)
+	return proxywasm.ActionContinue
+}
+
+// rewrite applies SPEC §1 step 2's injections to the stripped body and
+// replaces the buffered body: the server tools the host named, then the
+// time tag, then the reminders. ans is nil when failing open. It reports
+// whether the host's reminders (if any) reached the body.
+func (h *httpContext) rewrite(ans *llm.PrepareResponse) (remindersDelivered bool) {
+	req, p := h.req, h.plugin
+	h.req = nil
+	if req == nil {
+		return false
+	}
+	if ans != nil {
+		h.injectTools(req, ans.Tools)
+	}
+	if p.cfg.TimeTag {
+		tag := llm.FormatTimeTag(p.now(), h.zone, p.ntpOffsetMs)
+		if err := req.AppendUserText(tag); err != nil {
+			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.requestID, err)
+		}
+	}
+	remindersDelivered = true
+	if ans != nil && ans.Reminders != "" {
+		if err := req.AppendUserText(ans.Reminders); err != nil {
+			proxywasm.LogWarnf("chime: request %s: reminders not added: %v", h.requestID, err)
+			remindersDelivered = false
+		}
+	}
+	if !req.Edited() {
+		return remindersDelivered
+	}
+	if err := proxywasm.ReplaceHttpRequestBody(req.Bytes()); err != nil {
+		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.requestID, err)
+		return false
+	}
+	return remindersDelivered
+}
+
+// injectTools adds the schemas of the server tools the host enabled.
+func (h *httpContext) injectTools(req *llm.Request, names []string) {
+	var specs []llm.ToolSpec
+	for _, name := range names {
+		spec, ok := serverTools[name]
+		if !ok {
+			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
+			continue
+		}
+		specs = append(specs, spec())
+	}
+	if len(specs) == 0 {
+		return
+	}
+	if err := req.InjectTools(specs); err != nil {
+		proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.requestID, err)
+	}
+}
+
+func (h *httpContext) resume() {
+	if err := proxywasm.ResumeHttpRequest(); err != nil {
+		proxywasm.LogDebugf("chime: request %s: resume: %v", h.requestID, err)
+	}
+}

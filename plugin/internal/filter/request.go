@@ -1,0 +1,157 @@
+package filter
+
+import (
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+// httpContext is one stream. Only POSTs on an LLM protocol path are
+// handled; everything else continues at once.
+//
+// Request headers are readable only while their callback runs (or the
+// stream is paused there), so everything the later phases need is copied
+// here when they arrive.
+type httpContext struct {
+	proxywasm.DefaultHttpContext
+	plugin *pluginContext
+
+	handled        bool // an LLM protocol request that is not a followup
+	protocol       llm.Protocol
+	requestID      string
+	timezone       string            // the x-chime-timezone header, raw
+	sessionHeaders map[string]string // the llm.SessionHeaders present
+
+	bodyDone bool         // the whole body arrived and was dealt with
+	req      *llm.Request // the parsed body while prepare is pending
+	zone     *time.Location
+
+	reserved        bool // the host reserved reminders for this request
+	outcomeSent     bool
+	responseStarted bool
+	streamDone      bool
+}
+
+// OnHttpRequestHeaders is SPEC §1 request path step 1.
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Action {
+	method, _ := proxywasm.GetHttpRequestHeader(":method")
+	path, err := proxywasm.GetHttpRequestHeader(":path")
+	if err != nil || method != "POST" {
+		return proxywasm.ActionContinue // SPEC §14: unknown path or method passes through
+	}
+	proto := llm.DetectProtocol(path)
+	if proto == llm.Unknown {
+		return proxywasm.ActionContinue
+	}
+	p := h.plugin
+	p.requests.inc()
+	headers, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
+		return proxywasm.ActionContinue
+	}
+	get := func(name string) (string, bool) {
+		for _, kv := range headers {
+			if strings.EqualFold(kv[0], name) {
+				return kv[1], true
+			}
+		}
+		return "", false
+	}
+
+	if marker, ok := get(llm.HeaderFollowup); ok {
+		// The marker is ours alone: it never reaches the provider.
+		if err := proxywasm.RemoveHttpRequestHeader(llm.HeaderFollowup); err != nil {
+			proxywasm.LogWarnf("chime: remove %s: %v", llm.HeaderFollowup, err)
+		}
+		if id, ok := llm.VerifyFollowupMarker(p.cfg.Token, marker); ok {
+			proxywasm.LogDebugf("chime: followup of %s passes untouched", id)
+			return proxywasm.ActionContinue
+		}
+		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", llm.HeaderFollowup)
+	}
+
+	h.handled, h.protocol = true, proto
+	// The body may change, so its length must not be pinned (SPEC §1).
+	if err := proxywasm.RemoveHttpRequestHeader("content-length"); err != nil {
+		proxywasm.LogDebugf("chime: remove content-length: %v", err)
+	}
+	if id, _ := get("x-request-id"); id != "" {
+		h.requestID = id
+	} else {
+		h.requestID = newRequestID()
+	}
+	h.timezone, _ = get(llm.HeaderTimezone)
+	h.timezone = strings.TrimSpace(h.timezone)
+	for _, name := range llm.SessionHeaders {
+		if v, ok := get(name); ok && strings.TrimSpace(v) != "" {
+			if h.sessionHeaders == nil {
+				h.sessionHeaders = map[string]string{}
+			}
+			h.sessionHeaders[name] = v
+		}
+	}
+	if endOfStream {
+		// No body: nothing to parse or edit (SPEC §14 malformed body).
+		h.bodyDone = true
+		h.forwardMalformed("empty body")
+	}
+	return proxywasm.ActionContinue
+}
+
+// OnHttpRequestBody is SPEC §1 request path step 2: buffer to the end of
+// the stream, strip directives, and ask the host to prepare.
+func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
+	if !h.handled || h.bodyDone {
+		return proxywasm.ActionContinue
+	}
+	if !endOfStream {
+		return proxywasm.ActionPause // keep buffering until the whole body is here
+	}
+	h.bodyDone = true
+	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
+	if err != nil {
+		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
+		return proxywasm.ActionContinue
+	}
+	req, err := llm.ParseRequest(h.protocol, body)
+	if err != nil {
+		h.forwardMalformed(err.Error())
+		return proxywasm.ActionContinue
+	}
+	h.req = req
+	h.zone = h.plugin.zoneFor(h.timezone)
+	prep := llm.PrepareRequest{
+		RequestID:  h.requestID,
+		Protocol:   h.protocol.String(),
+		SessionID:  req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] })),
+		Timezone:   h.zone.String(),
+		Directives: hostDirectives(req.Directives()),
+	}
+	req.StripDirectives() // even when the host is down (SPEC §1 fail open)
+	return h.prepare(prep)
+}
+
+// forwardMalformed lets a body the filter cannot edit safely through
+// unmodified (SPEC §14), counted and logged at debug.
+func (h *httpContext) forwardMalformed(reason string) {
+	h.plugin.malformed.inc()
+	proxywasm.LogDebugf("chime: request %s: forwarding unmodified %s body: %s", h.requestID, h.protocol, reason)
+}
+
+// hostDirectives converts the parsed directives for the host (SPEC §4):
+// malformed ones (Err set) and unknown ones are stripped but not sent.
+func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
+	var out []llm.HostDirective
+	for _, d := range dirs {
+		if d.Err != nil || d.Kind == llm.DirectiveUnknown {
+			continue
+		}
+		out = append(out, llm.HostDirective{
+			Kind: d.Kind.String(), Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
+		})
+	}
+	return out
+}
