@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 )
 
@@ -16,6 +17,8 @@ const (
 	PathCommit   = "/v1/filter/commit"   // OutcomeRequest → 204
 	PathRollback = "/v1/filter/rollback" // OutcomeRequest → 204
 	PathState    = "/v1/filter/state"    // GET → StateResponse (the filter's tick)
+	PathResolve  = "/v1/filter/resolve"  // ResolveRequest → ResolveResponse (response path, SPEC §1)
+	PathCancel   = "/v1/filter/cancel"   // OutcomeRequest → 204: the client of that request went away
 )
 
 // HeaderFollowup marks a request the host sent back through the proxy
@@ -65,6 +68,55 @@ type PrepareResponse struct {
 	// Reserved is true when reminders were reserved for this request id and
 	// the filter must report the outcome (commit or rollback).
 	Reserved bool `json:"reserved,omitempty"`
+	// MayContinue tells the filter that a response finishing with stop or
+	// length is worth a resolve call for this session: a stopMessage is
+	// active or a task is pending. Server-tool calls are resolved anyway.
+	MayContinue bool `json:"mayContinue,omitempty"`
+}
+
+// ResolveRequest hands the host a finished upstream turn that needs work:
+// server-tool calls to execute, or a stop/length finish the host may
+// continue (stopMessage, hold). The host answers once the whole followup
+// chain is done (SPEC §7 loop guards), so the filter's http_call timeout
+// must cover holds and followups.
+type ResolveRequest struct {
+	RequestID string `json:"requestId"`
+	SessionID string `json:"sessionId,omitempty"`
+	Protocol  string `json:"protocol"` // Protocol.String()
+	Path      string `json:"path"`     // request path as the client sent it
+	// Reentry is the proxy listener (host:port) followups are sent to, so
+	// upstream auth, TLS and the route stay the proxy's (SPEC §1).
+	Reentry string `json:"reentry"`
+	// Headers are the client's request headers to repeat on followups
+	// (provider credentials among them): never logged above debug.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Request is the request body exactly as the provider received it
+	// (directives already stripped, time tag and tools injected).
+	Request json.RawMessage `json:"request"`
+	// Turn is the provider's answer in canonical form.
+	Turn *Turn `json:"turn"`
+	// ServerTools names the tools the filter withheld from the client.
+	ServerTools []string `json:"serverTools"`
+	// Streaming is true when the client asked for SSE.
+	Streaming bool `json:"streaming,omitempty"`
+	// Timezone is the effective zone of the request (for tool calls).
+	Timezone string `json:"timezone,omitempty"`
+}
+
+// ResolveResponse is the host's verdict.
+type ResolveResponse struct {
+	// Continued is false when there is nothing to add: the filter then
+	// shows the client the original turn (minus server-tool calls).
+	Continued bool `json:"continued"`
+	// Continuation folds every followup turn of the chain (their text in
+	// order, the last turn's tool calls and finish, usage summed). The filter
+	// merges it after the original turn (llm.Merge / Splicer.Continue).
+	Continuation *Turn `json:"continuation,omitempty"`
+	// Reason says why the chain ended: "done", "client_tools", "max_hops",
+	// "max_duration", "repeated", "cancelled", "upstream_error".
+	Reason string `json:"reason,omitempty"`
+	// Hops is the number of followups sent.
+	Hops int `json:"hops"`
 }
 
 // OutcomeRequest commits or rolls back a request's reservation.
