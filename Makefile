@@ -29,10 +29,13 @@ vet:
 test: vet wasm
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
 
-# Benchmarks that compare side by side in one run and print ratios.
+# Benchmarks that compare side by side in one run and print ratios:
+# proxy with vs without the filter (real host), the 1 MB request edit
+# natively vs in wasm vs a plain copy, and prepare over 10k sessions.
 bench: wasm
-	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/... 
-	$(GO) test -run '^$$' -bench . -benchmem ./llm/...
+	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/
+	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./llm/ ./llm/internal/benchwork/
+	$(GO) test -run '^$$' -bench Prepare10kSessions -benchtime 2000x ./host/
 
 clean:
 	rm -rf bin $(WASM)
