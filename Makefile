@@ -30,7 +30,8 @@ test: vet wasm
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
 
 # Benchmarks that compare side by side in one run and print ratios:
-# proxy with vs without the filter (real host), the 1 MB request edit
+# proxy with vs without the filter (real host; request path and SSE first
+# byte), the 1 MB request edit
 # natively vs in wasm vs a plain copy, and prepare over 10k sessions.
 bench: wasm
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host"
+	"github.com/chimehq/chime/mockllm"
 )
 
 // BenchmarkProxyOverhead measures chime proxy with chime.wasm and the real
@@ -181,4 +183,66 @@ func runLoad(b *testing.B, url string, body []byte, n, concurrency int) loadResu
 		b.Fatalf("load against %s: %v", url, failure)
 	}
 	return loadResult{lat: lat, elapsed: time.Since(start)}
+}
+
+// BenchmarkSSEFirstByte measures time to the first SSE byte and total time
+// of a pass-through streaming reply (mock provider, several text deltas)
+// through chime proxy with the filter and the real host, against the same
+// proxy without the filter, interleaved in one run.
+func BenchmarkSSEFirstByte(b *testing.B) {
+	mock := mockllm.New()
+	upstream := httptest.NewServer(mock)
+	b.Cleanup(upstream.Close)
+	upPort := upstream.Listener.Addr().(*net.TCPAddr).Port
+	hostPort := startHostService(b)
+	local := backends()[0]
+	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
+	with := startStack(b, local, stackConfig{upstreamPort: upPort, hostPort: hostPort, pluginConfig: plugin})
+	without := startStack(b, local, stackConfig{upstreamPort: upPort, hostPort: hostPort, withoutWasm: true})
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"stream please"}]}`)
+	const rounds, perRound = 5, 40
+	first := map[string][]time.Duration{}
+	total := map[string][]time.Duration{}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	defer client.CloseIdleConnections()
+	for i := 0; i < b.N; i++ {
+		for r := 0; r < rounds; r++ {
+			for _, v := range []struct {
+				name string
+				url  string
+			}{{"no filter", without.listenURL}, {"filter", with.listenURL}} {
+				for n := 0; n < perRound; n++ {
+					req, _ := http.NewRequest("POST", v.url+"/v1/chat/completions", bytes.NewReader(body))
+					req.Header.Set("x-chime-session", "bench-sse")
+					t0 := time.Now()
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					buf := make([]byte, 1)
+					if _, err := io.ReadFull(resp.Body, buf); err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					rest, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 || !bytes.Contains(rest, []byte("[DONE]")) {
+						b.Fatalf("%s: status %d, body %q", v.name, resp.StatusCode, rest)
+					}
+					first[v.name] = append(first[v.name], t1.Sub(t0))
+					total[v.name] = append(total[v.name], time.Since(t0))
+				}
+			}
+		}
+	}
+	p50 := func(d []time.Duration) time.Duration { lr := loadResult{lat: d}; return lr.pct(50) }
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-10s %14s %14s\n", "proxy", "first byte p50", "total p50")
+	for _, name := range []string{"no filter", "filter"} {
+		fmt.Fprintf(&table, "%-10s %14s %14s\n", name, p50(first[name]), p50(total[name]))
+	}
+	over := p50(first["filter"]) - p50(first["no filter"])
+	fmt.Fprintf(&table, "%-10s %14s %14s\n", "overhead", over, p50(total["filter"])-p50(total["no filter"]))
+	fmt.Fprint(os.Stdout, table.String())
+	b.ReportMetric(float64(over.Microseconds()), "first-byte-overhead-us")
 }
