@@ -143,7 +143,7 @@ func TestRequestPathThroughChimeUp(t *testing.T) {
 				pc.body(session, `<**stopMessage:"keep going",3**>please <**nonsense:x**>fix the build`))
 			require.Equal(t, http.StatusOK, code, string(out))
 			reqs := d.mockRequests(t)
-			require.Len(t, reqs, 1)
+			require.Len(t, reqs, 4, "the original and the 3 stopMessage followups (the mock answers stop)")
 			body := reqs[0].Body
 			noTags(t, body)
 			texts := userTexts(t, pc.path, body)
@@ -155,7 +155,9 @@ func TestRequestPathThroughChimeUp(t *testing.T) {
 			deleteMockRequests(t, d)
 			code, _ = postJSON(t, d.proxyURL+pc.path, pc.header(session), pc.body(session, "again"))
 			require.Equal(t, http.StatusOK, code)
-			checkTimeTag(t, userTexts(t, pc.path, d.mockRequests(t)[0].Body), "UTC")
+			again := d.mockRequests(t)
+			require.Len(t, again, 1, "stopMessage used up: no followup")
+			checkTimeTag(t, userTexts(t, pc.path, again[0].Body), "UTC")
 
 			sessions := getJSON(t, d.hostURL+"/api/sessions")
 			var found bool
@@ -205,15 +207,19 @@ func getJSON(t testing.TB, url string) string {
 // TestReminderReservation: a task becomes due 2 s after it is scheduled;
 // it is injected into the first request after that, rolled back when the
 // provider fails (re-injected next time), and never injected again once a
-// response succeeded. A repeating task re-arms to its next occurrence.
+// response succeeded. A repeating task re-arms to its next occurrence. The
+// model answers with a client tool call, which is never held or continued
+// (SPEC §8), so each client request is exactly one provider request.
 func TestReminderReservation(t *testing.T) {
 	d := newDemo(t)
 	d.up(t)
 	for _, pc := range protoCases {
 		t.Run(pc.name, func(t *testing.T) {
 			session := "sess-rem-" + pc.name
-			send := func() (int, []string) {
+			clientTool := map[string]any{"finish": "tool_calls", "toolCalls": []any{map[string]any{"name": "bash", "arguments": map[string]any{"cmd": "ls"}}}}
+			send := func(reply map[string]any) (int, []string) {
 				deleteMockRequests(t, d)
+				d.script(t, reply)
 				code, _ := postJSON(t, d.proxyURL+pc.path, pc.header(session), pc.body(session, "status?"))
 				reqs := d.mockRequests(t)
 				require.Len(t, reqs, 1)
@@ -227,20 +233,19 @@ func TestReminderReservation(t *testing.T) {
 				"dueAt": dueAt.Format(time.RFC3339), "task": "water the plants " + pc.name, "tool": "", "arguments": "", "repeat": "", "maxRuns": 0}}})
 			require.Equal(t, true, res["ok"], "%v", res)
 
-			_, texts := send()
+			_, texts := send(clientTool)
 			assert.NotContains(t, strings.Join(texts, "\n"), reminder, "not due yet")
 
 			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond)
-			d.script(t, map[string]any{"status": 500, "error": "upstream exploded"})
-			code, texts := send()
+			code, texts := send(map[string]any{"status": 500, "error": "upstream exploded"})
 			assert.Equal(t, http.StatusInternalServerError, code)
 			assert.Equal(t, 1, strings.Count(strings.Join(texts, "\n"), reminder), "injected once when due: %q", texts)
 
-			code, texts = send()
+			code, texts = send(clientTool)
 			assert.Equal(t, http.StatusOK, code)
 			assert.Equal(t, 1, strings.Count(strings.Join(texts, "\n"), reminder), "re-injected after the rollback: %q", texts)
 
-			_, texts = send()
+			_, texts = send(clientTool)
 			assert.NotContains(t, strings.Join(texts, "\n"), reminder, "committed: never injected again")
 
 			// A daily task re-arms to the next day on commit.
@@ -249,7 +254,7 @@ func TestReminderReservation(t *testing.T) {
 				"dueAt": dueAt.Format(time.RFC3339), "task": "stand-up " + pc.name, "tool": "", "arguments": "", "repeat": "daily", "maxRuns": 0}}})
 			require.Equal(t, true, res["ok"], "%v", res)
 			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond)
-			_, texts = send()
+			_, texts = send(clientTool)
 			assert.Contains(t, strings.Join(texts, "\n"), `[scheduled task:"stand-up `+pc.name+`"]`)
 			list := d.clock(t, session, map[string]any{"action": "list"})
 			var rearmed bool

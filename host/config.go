@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -19,6 +20,14 @@ const (
 	DevToken         = "dev-token"
 	DefaultHoldMax   = 60 * time.Second
 	DefaultTouchSync = 2 * time.Second
+	// Loop guards of SPEC §7 for every followup chain.
+	DefaultMaxHops          = 8
+	DefaultMaxChainDuration = 15 * time.Minute
+	// DefaultFollowupTimeout bounds one followup HTTP exchange; a
+	// non-streaming LLM answer can take minutes.
+	DefaultFollowupTimeout = 10 * time.Minute
+	// DefaultReentry is the local proxy listener of SPEC §12.
+	DefaultReentry = "127.0.0.1:10000"
 )
 
 // Config configures a Service. ConfigFromEnv gives the production
@@ -40,6 +49,21 @@ type Config struct {
 	Retention time.Duration
 	// HoldMax is holdMaxMs of SPEC §8 (default 60 s), for the response path.
 	HoldMax time.Duration
+	// DisableHoldNonStreaming is holdNonStreaming=false of SPEC §8: holds
+	// only for streaming (SSE) clients. By default JSON clients are held too.
+	DisableHoldNonStreaming bool
+	// MaxHops and MaxChainDuration are the loop guards of SPEC §7
+	// (defaults 8 followups and 15 min per chain).
+	MaxHops          int
+	MaxChainDuration time.Duration
+	// Reentry is the proxy listener followups go to when the filter names
+	// none (default DefaultReentry, SPEC §12).
+	Reentry string
+	// FollowupTimeout bounds one followup exchange (default 10 min).
+	FollowupTimeout time.Duration
+	// FollowupClient, when set, sends followups instead of the default
+	// client (tests); FollowupTimeout then does not apply.
+	FollowupClient *http.Client
 	// DisableClock turns the clock feature off: prepare announces no tools
 	// and reserves nothing, and the clock tool answers ok:false.
 	DisableClock bool
@@ -67,6 +91,11 @@ func ConfigFromEnv() (Config, error) {
 		Retention: clock.DefaultRetention,
 		HoldMax:   DefaultHoldMax,
 		TouchSync: DefaultTouchSync,
+
+		MaxHops:          DefaultMaxHops,
+		MaxChainDuration: DefaultMaxChainDuration,
+		FollowupTimeout:  DefaultFollowupTimeout,
+		Reentry:          DefaultReentry,
 	}
 	if v, ok := os.LookupEnv("CHIME_DATA_DIR"); ok && strings.TrimSpace(v) != "" {
 		cfg.DataDir = strings.TrimSpace(v)
@@ -99,6 +128,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TouchSync <= 0 {
 		c.TouchSync = DefaultTouchSync
+	}
+	if c.MaxHops <= 0 {
+		c.MaxHops = DefaultMaxHops
+	}
+	if c.MaxChainDuration <= 0 {
+		c.MaxChainDuration = DefaultMaxChainDuration
+	}
+	if c.FollowupTimeout <= 0 {
+		c.FollowupTimeout = DefaultFollowupTimeout
+	}
+	if c.Reentry == "" {
+		c.Reentry = DefaultReentry
 	}
 	if c.WallClock == nil {
 		c.WallClock = time.Now

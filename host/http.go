@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -39,6 +40,8 @@ func (s *Service) routes() http.Handler {
 	handle("POST "+llm.PathCommit, "commit", s.authed(s.handleOutcome(true)))
 	handle("POST "+llm.PathRollback, "rollback", s.authed(s.handleOutcome(false)))
 	handle("GET "+llm.PathState, "state", s.authed(s.handleState))
+	handle("POST "+llm.PathResolve, "resolve", s.authed(s.handleResolve))
+	handle("POST "+llm.PathCancel, "cancel", s.authed(s.handleCancel))
 	handle("POST "+PathToolsExecute, "tools_execute", s.authed(s.handleToolsExecute))
 	handle("GET /healthz", "healthz", s.handleHealthz)
 	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
@@ -58,6 +61,7 @@ func (s *Service) routes() http.Handler {
 // knownMethods lets a wrong method get 405 instead of 404.
 var knownMethods = map[string]string{
 	llm.PathPrepare: "POST", llm.PathCommit: "POST", llm.PathRollback: "POST", llm.PathState: "GET",
+	llm.PathResolve: "POST", llm.PathCancel: "POST",
 	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 
@@ -121,9 +125,14 @@ func unauthorized(w http.ResponseWriter) {
 	writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (authorization: Bearer <CHIME_HOST_TOKEN>)")
 }
 
-// decodeBody reads a JSON body into v, answering 400 or 413 itself.
+// decodeBody reads a JSON body of at most 1 MiB into v, answering 400 or
+// 413 itself.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	return decodeBodyLimit(w, r, v, maxBody)
+}
+
+func decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	err := dec.Decode(v)
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON object")
@@ -131,7 +140,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body over 1 MiB")
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d MiB", limit>>20))
 			return false
 		}
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
@@ -181,6 +190,32 @@ func (s *Service) handleOutcome(commit bool) http.HandlerFunc {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+func (s *Service) handleResolve(w http.ResponseWriter, r *http.Request) {
+	var req llm.ResolveRequest
+	if !decodeBodyLimit(w, r, &req, maxResolveBody) {
+		return
+	}
+	resp, err := s.Resolve(r.Context(), req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
+	var req llm.OutcomeRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.RequestID == "" {
+		writeError(w, http.StatusBadRequest, "requestId is required")
+		return
+	}
+	s.Cancel(req.RequestID)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Service) handleState(w http.ResponseWriter, r *http.Request) {

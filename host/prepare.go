@@ -83,6 +83,7 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
+	ans.MayContinue = s.mayContinue(ctx, sid, req.RequestID)
 	if sess, ok, err := s.store.GetSession(sid); err != nil {
 		s.log.Warn("reading session record failed", "err", err)
 	} else if ok {

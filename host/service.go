@@ -2,7 +2,8 @@
 // owner that the filter calls out to. It persists sessions, clock tasks and
 // stopMessage state in Badger, keeps the NTP offset, applies directives,
 // reserves due reminders for the filter to inject, executes server tools,
-// and serves /healthz, /metrics and a read-only dashboard API.
+// runs the response path's followup chains (server tools, stopMessage,
+// holds), and serves /healthz, /metrics and a read-only dashboard API.
 // docs/host-api.md describes the HTTP API.
 package host
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
@@ -47,6 +49,7 @@ type Service struct {
 	metrics  *metrics.Metrics
 	tokenSum [sha256.Size]byte
 	handler  http.Handler
+	resolver *resolve.Resolver
 
 	zones sync.Map // IANA name → *time.Location
 
@@ -94,6 +97,10 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+	}
+	if s.resolver, err = s.newResolver(); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil

@@ -111,12 +111,19 @@ type harness struct {
 	reqHeaders map[uint32][][2]string
 	reqBody    map[uint32][]byte
 	setBody    map[uint32][]byte // bodies the guest replaced
-	continued  map[uint32]int
-	calls      []harnessCall
-	callResp   [][2]string
-	callBody   []byte
-	metrics    []uint64
-	tickMs     uint32
+	continued  map[uint32]int    // request resumes
+
+	props         map[string][]byte // property path joined with "." → value
+	respHeaders   map[uint32][][2]string
+	respBody      map[uint32][]byte // the response chunk buffer the guest sees
+	respPaused    map[uint32]bool   // the guest paused the response body: it buffers
+	respSent      map[uint32][]byte // response bytes forwarded to the client
+	respContinued map[uint32]int
+	calls         []harnessCall
+	callResp      [][2]string
+	callBody      []byte
+	metrics       []uint64
+	tickMs        uint32
 }
 
 type harnessCall struct {
@@ -133,9 +140,12 @@ const (
 	statusNotFound             = 1
 	wasiENOSYS                 = 52
 	bufferHttpRequestBody      = 0
+	bufferHttpResponseBody     = 1
 	bufferHttpCallResponseBody = 4
 	bufferPluginConfiguration  = 7
 	mapHttpRequestHeaders      = 0
+	mapHttpResponseHeaders     = 2
+	streamHttpResponse         = 1
 	mapHttpCallResponseHeaders = 6
 )
 
@@ -185,7 +195,9 @@ func newHarness(t testing.TB, config string) *harness {
 	t.Helper()
 	ctx := context.Background()
 	h := &harness{t: t, ctx: ctx, config: []byte(config), reqHeaders: map[uint32][][2]string{},
-		reqBody: map[uint32][]byte{}, setBody: map[uint32][]byte{}, continued: map[uint32]int{}}
+		reqBody: map[uint32][]byte{}, setBody: map[uint32][]byte{}, continued: map[uint32]int{},
+		props: map[string][]byte{}, respHeaders: map[uint32][][2]string{}, respBody: map[uint32][]byte{},
+		respPaused: map[uint32]bool{}, respSent: map[uint32][]byte{}, respContinued: map[uint32]int{}}
 	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
 	t.Cleanup(func() { r.Close(ctx) })
 
@@ -278,10 +290,39 @@ func (h *harness) headerMap(mapType uint32) [][2]string {
 	if mapType == mapHttpCallResponseHeaders {
 		return h.callResp
 	}
-	if mapType == mapHttpRequestHeaders {
+	switch mapType {
+	case mapHttpRequestHeaders:
 		return h.reqHeaders[h.effective]
+	case mapHttpResponseHeaders:
+		return h.respHeaders[h.effective]
 	}
 	return nil
+}
+
+// flushResponse forwards the response chunk buffer to the client.
+func (h *harness) flushResponse(id uint32) {
+	h.respSent[id] = append(h.respSent[id], h.respBody[id]...)
+	h.respBody[id], h.respPaused[id] = nil, false
+}
+
+// responseBody delivers a response chunk as Envoy does: while the guest
+// pauses, chunks accumulate and body_size is the whole buffer; on Continue
+// the buffer, as the guest left it, goes to the client.
+func (h *harness) responseBody(id uint32, chunk []byte, eos bool) uint32 {
+	h.t.Helper()
+	h.effective = id
+	h.respBody[id] = append(h.respBody[id], chunk...)
+	end := uint32(0)
+	if eos {
+		end = 1
+	}
+	action := h.call("proxy_on_response_body", id, uint32(len(h.respBody[id])), end)
+	if action == 0 {
+		h.flushResponse(id)
+	} else {
+		h.respPaused[id] = true
+	}
+	return action
 }
 
 func (h *harness) envFunctions() map[string]any {
@@ -301,6 +342,8 @@ func (h *harness) envFunctions() map[string]any {
 				b = h.config
 			case bufferHttpRequestBody:
 				b = h.reqBody[h.effective]
+			case bufferHttpResponseBody:
+				b = h.respBody[h.effective]
 			case bufferHttpCallResponseBody:
 				b = h.callBody
 			default:
@@ -310,12 +353,18 @@ func (h *harness) envFunctions() map[string]any {
 			return h.give(ctx, m, b[lo:hi], ptrPtr, sizePtr)
 		},
 		"proxy_set_buffer_bytes": func(_ context.Context, m api.Module, buf, start, size, ptr, n uint32) uint32 {
-			if buf != bufferHttpRequestBody || start != 0 || int(size) < len(h.reqBody[h.effective]) {
-				h.t.Errorf("set_buffer_bytes(%d, %d, %d): only whole request body replacement is expected", buf, start, size)
+			bodies := h.reqBody
+			if buf == bufferHttpResponseBody {
+				bodies = h.respBody
+			}
+			if (buf != bufferHttpRequestBody && buf != bufferHttpResponseBody) || start != 0 || int(size) < len(bodies[h.effective]) {
+				h.t.Errorf("set_buffer_bytes(%d, %d, %d): only whole body replacement is expected", buf, start, size)
 				return 2
 			}
-			h.reqBody[h.effective] = h.read(m, ptr, n)
-			h.setBody[h.effective] = h.reqBody[h.effective]
+			bodies[h.effective] = h.read(m, ptr, n)
+			if buf == bufferHttpRequestBody {
+				h.setBody[h.effective] = h.reqBody[h.effective]
+			}
 			return statusOK
 		},
 		"proxy_set_tick_period_milliseconds": func(ms uint32) uint32 {
@@ -336,12 +385,29 @@ func (h *harness) envFunctions() map[string]any {
 		},
 		"proxy_remove_header_map_value": func(_ context.Context, m api.Module, mapType, kp, ks uint32) uint32 {
 			key := string(h.read(m, kp, ks))
-			h.reqHeaders[h.effective] = slices.DeleteFunc(h.reqHeaders[h.effective], func(kv [2]string) bool { return kv[0] == key })
+			maps := h.reqHeaders
+			if mapType == mapHttpResponseHeaders {
+				maps = h.respHeaders
+			}
+			maps[h.effective] = slices.DeleteFunc(maps[h.effective], func(kv [2]string) bool { return kv[0] == key })
 			return statusOK
 		},
 		"proxy_continue_stream": func(stream uint32) uint32 {
+			if stream == streamHttpResponse {
+				h.respContinued[h.effective]++
+				h.flushResponse(h.effective)
+				return statusOK
+			}
 			h.continued[h.effective]++
 			return statusOK
+		},
+		"proxy_get_property": func(ctx context.Context, m api.Module, pp, ps, ptrPtr, sizePtr uint32) uint32 {
+			path := strings.ReplaceAll(strings.TrimRight(string(h.read(m, pp, ps)), "\x00"), "\x00", ".")
+			v, ok := h.props[path]
+			if !ok {
+				return statusNotFound
+			}
+			return h.give(ctx, m, v, ptrPtr, sizePtr)
 		},
 		"proxy_http_call": func(_ context.Context, m api.Module, up, ups, hp, hs, bp, bs, tp, ts, timeout, idPtr uint32) uint32 {
 			headers, err := decodePairs(h.read(m, hp, hs))

@@ -34,6 +34,12 @@ type Metrics struct {
 	DirectiveErrors *prometheus.CounterVec
 	// ToolCalls counts server-tool executions by tool and result ok.
 	ToolCalls *prometheus.CounterVec
+	// Followups counts followups sent by kind (tool, stop, hold); Chains
+	// resolve calls by the reason their chain ended; Holds holds by outcome
+	// (SPEC §7, §8).
+	Followups *prometheus.CounterVec
+	Chains    *prometheus.CounterVec
+	Holds     *prometheus.CounterVec
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -60,8 +66,18 @@ func New(snapshot func() ntp.State) *Metrics {
 		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_tool_calls_total", Help: "Server-tool calls executed, by tool and whether the result was ok.",
 		}, []string{"tool", "ok"}),
+		Followups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_followups_total", Help: "Followups sent through the proxy listener, by reason (tool, stop, hold).",
+		}, []string{"reason"}),
+		Chains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_chains_total", Help: "Resolve calls, by the reason their followup chain ended.",
+		}, []string{"reason"}),
+		Holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_holds_total", Help: "Clock holds, by outcome (committed, rolled_back, cancelled, empty).",
+		}, []string{"outcome"}),
 	}
 	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.ToolCalls,
+		m.Followups, m.Chains, m.Holds,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

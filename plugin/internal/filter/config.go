@@ -35,7 +35,16 @@ type Config struct {
 	FailOpen bool `json:"failOpen"`
 	// PrepareTimeoutMs bounds the prepare call (SPEC §14: 200 ms).
 	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
+	// ResolveTimeoutMs bounds the resolve call of the response path. The
+	// host answers only when the whole chain is done: a hold (up to
+	// holdMaxMs, SPEC §8) plus followups (up to 15 min, SPEC §7). Absent
+	// or 0, it is holdMaxMs + 16 min.
+	ResolveTimeoutMs int64 `json:"resolveTimeoutMs"`
 }
+
+// resolveGuardMs is what the default resolve timeout adds to holdMaxMs:
+// the §7 followup wall-time guard (15 min) plus a minute of slack.
+const resolveGuardMs = 16 * 60 * 1000
 
 // DefaultConfig returns the configuration used for absent fields.
 func DefaultConfig() Config {
@@ -50,6 +59,7 @@ func DefaultConfig() Config {
 		HoldNonStreaming: true,
 		FailOpen:         true,
 		PrepareTimeoutMs: 200,
+		ResolveTimeoutMs: 60_000 + resolveGuardMs,
 	}
 }
 
@@ -74,6 +84,10 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return Config{}, nil, fmt.Errorf("plugin configuration: %w", err)
 	}
+	if _, set := fields["resolveTimeoutMs"]; !set || cfg.ResolveTimeoutMs == 0 {
+		// Derived, so that raising holdMaxMs alone keeps holds answerable.
+		cfg.ResolveTimeoutMs = min(cfg.HoldMaxMs+resolveGuardMs, maxTimeoutMs)
+	}
 	var warnings []string
 	known := knownFields()
 	for name := range fields {
@@ -90,7 +104,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone", "dueWindowMs",
-		"retentionMs", "holdMaxMs", "holdNonStreaming", "failOpen", "prepareTimeoutMs"}
+		"retentionMs", "holdMaxMs", "holdNonStreaming", "failOpen", "prepareTimeoutMs", "resolveTimeoutMs"}
 }
 
 func (c Config) validate() error {
@@ -115,6 +129,7 @@ func (c Config) validate() error {
 		{"retentionMs", c.RetentionMs, 1},
 		{"holdMaxMs", c.HoldMaxMs, 0},
 		{"prepareTimeoutMs", c.PrepareTimeoutMs, 1},
+		{"resolveTimeoutMs", c.ResolveTimeoutMs, 1},
 	} {
 		if r.v < r.lo || r.v > maxTimeoutMs {
 			errs = append(errs, fmt.Errorf("%s %d out of range [%d, %d]", r.name, r.v, r.lo, maxTimeoutMs))

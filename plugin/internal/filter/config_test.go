@@ -16,7 +16,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	d := DefaultConfig()
 	if d.HostCluster != "chime_host" || d.HostAuthority != "chime-host" || d.Token != "" || !d.TimeTag ||
 		d.DefaultTimezone != "UTC" || d.DueWindowMs != 60000 || d.RetentionMs != 1200000 || d.HoldMaxMs != 60000 ||
-		!d.HoldNonStreaming || !d.FailOpen || d.PrepareTimeoutMs != 200 {
+		!d.HoldNonStreaming || !d.FailOpen || d.PrepareTimeoutMs != 200 || d.ResolveTimeoutMs != 60000+16*60000 {
 		t.Fatalf("defaults differ from SPEC §12 brief: %+v", d)
 	}
 }
@@ -38,6 +38,22 @@ func TestParseConfigOverrides(t *testing.T) {
 	}
 }
 
+// TestResolveTimeoutFollowsHoldMax: the resolve call must outlive a hold
+// plus the followup guard, so by default it grows with holdMaxMs.
+func TestResolveTimeoutFollowsHoldMax(t *testing.T) {
+	for raw, want := range map[string]int64{
+		`{"holdMaxMs":300000}`:                         300000 + 16*60000,
+		`{"holdMaxMs":300000,"resolveTimeoutMs":5000}`: 5000,
+		`{"resolveTimeoutMs":0}`:                       60000 + 16*60000,
+		`{"holdMaxMs":86400000}`:                       86400000, // capped at a day
+	} {
+		cfg, _, err := ParseConfig([]byte(raw))
+		if err != nil || cfg.ResolveTimeoutMs != want {
+			t.Errorf("%s: resolveTimeoutMs %d (%v), want %d", raw, cfg.ResolveTimeoutMs, err, want)
+		}
+	}
+}
+
 func TestParseConfigRejects(t *testing.T) {
 	cases := map[string]string{
 		`{`:                          "not a JSON object",
@@ -53,6 +69,7 @@ func TestParseConfigRejects(t *testing.T) {
 		`{"defaultTimezone":""}`:     "defaultTimezone",
 		`{"token":"a\nb"}`:           "token",
 		`{"failOpen":"yes"}`:         "failOpen",
+		`{"resolveTimeoutMs":-1}`:    "resolveTimeoutMs -1 out of range",
 	}
 	for raw, want := range cases {
 		_, _, err := ParseConfig([]byte(raw))

@@ -1,15 +1,18 @@
 // Package filter is the chime HTTP filter that runs inside chime.wasm. It
-// implements the request path of SPEC §1: on the three LLM protocol paths
-// it buffers the request body, strips `<**…**>` directives, asks the host
-// to prepare (proxy_http_call), injects the server tools, the time tag
-// (§5) and due reminders (§6), and reports the reservation's outcome when
-// the response starts. When the host fails it fails open.
+// implements SPEC §1. Request path: on the three LLM protocol paths it
+// buffers the request body, strips `<**…**>` directives, asks the host to
+// prepare (proxy_http_call), injects the server tools, the time tag (§5)
+// and due reminders (§6), and reports the reservation's outcome when the
+// response starts. Response path: it withholds server-tool calls from JSON
+// and SSE answers, asks the host to resolve them (or to continue a stop),
+// and splices the continuation into the same response. When the host
+// fails it fails open.
 //
 // Everything is callback-driven; nothing here may block (see proxywasm).
 // The files split the work: config.go (plugin configuration), request.go
 // (headers and body), prepare.go (the prepare call and the body rewrite),
-// outcome.go (commit/rollback), tick.go (NTP offset refresh) and
-// hostcall.go (calls to the host).
+// outcome.go (commit/rollback), response.go (the response path), tick.go
+// (NTP offset refresh) and hostcall.go (calls to the host).
 package filter
 
 import (
@@ -32,6 +35,13 @@ const (
 	// MetricMalformed counts bodies forwarded unmodified because they do
 	// not parse (SPEC §14).
 	MetricMalformed = "chime_malformed_requests_total"
+	// MetricResolves counts resolve calls sent (SPEC §1 response path).
+	MetricResolves = "chime_resolves_total"
+	// MetricResolveFailures counts resolves that failed or could not be
+	// sent; the client then gets the original turn minus server-tool calls.
+	MetricResolveFailures = "chime_resolve_failures_total"
+	// MetricServerToolCalls counts server-tool calls withheld from clients.
+	MetricServerToolCalls = "chime_server_tool_calls_total"
 )
 
 // NewVMContext returns the filter's VM context for proxywasm.SetVMContext.
@@ -65,6 +75,7 @@ type pluginContext struct {
 	zones map[string]*time.Location
 
 	requests, hostFailures, failOpen, malformed counter
+	resolves, resolveFailures, serverToolCalls  counter
 }
 
 // counter is a metric that may be missing (a host without metrics must not
@@ -83,9 +94,11 @@ func defineCounter(name string) counter {
 	return counter{m: m, ok: true}
 }
 
-func (c counter) inc() {
-	if c.ok {
-		_ = c.m.Increment(1)
+func (c counter) inc() { c.add(1) }
+
+func (c counter) add(n int) {
+	if c.ok && n > 0 {
+		_ = c.m.Increment(uint64(n))
 	}
 }
 
@@ -114,6 +127,9 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.hostFailures = defineCounter(MetricHostCallFailures)
 	p.failOpen = defineCounter(MetricFailOpen)
 	p.malformed = defineCounter(MetricMalformed)
+	p.resolves = defineCounter(MetricResolves)
+	p.resolveFailures = defineCounter(MetricResolveFailures)
+	p.serverToolCalls = defineCounter(MetricServerToolCalls)
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
 		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
 	}

@@ -10,32 +10,38 @@ import (
 
 // OnHttpResponseHeaders is SPEC §1 request path step 3: the response
 // starts to reach the client, so a reservation is committed on 2xx and
-// rolled back otherwise. The response is never delayed for it.
-func (h *httpContext) OnHttpResponseHeaders(int, bool) proxywasm.Action {
+// rolled back otherwise. The response is never delayed for it. Then the
+// response path (response.go) decides whether to watch the body.
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.Action {
 	if !h.handled {
 		return proxywasm.ActionContinue
 	}
 	h.responseStarted = true
+	status, _ := proxywasm.GetHttpResponseHeader(":status")
+	n, err := strconv.Atoi(status)
+	ok := err == nil && n >= 200 && n <= 299
 	if h.reserved && !h.outcomeSent {
-		status, _ := proxywasm.GetHttpResponseHeader(":status")
 		path := llm.PathRollback
-		if n, err := strconv.Atoi(status); err == nil && n >= 200 && n <= 299 {
+		if ok {
 			path = llm.PathCommit
 		}
 		h.outcomeSent = true
 		h.plugin.sendOutcome(path, h.requestID)
 	}
+	h.startResponse(ok, endOfStream)
 	return proxywasm.ActionContinue
 }
 
 // OnHttpStreamDone rolls back a reservation whose response never started:
-// an upstream reset or a client that went away (SPEC §6).
+// an upstream reset or a client that went away (SPEC §6). A resolve still
+// pending means the client went away mid-hold: the host is told to cancel.
 func (h *httpContext) OnHttpStreamDone() {
 	h.streamDone = true
 	if h.reserved && !h.outcomeSent {
 		h.outcomeSent = true
 		h.plugin.sendOutcome(llm.PathRollback, h.requestID)
 	}
+	h.cancelPendingResolve()
 }
 
 // sendOutcome reports a reservation's outcome (llm.PathCommit or

@@ -52,6 +52,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		}
 		return
 	}
+	h.mayContinue = ans.MayContinue
 	delivered := h.rewrite(&ans)
 	if ans.Reserved {
 		if delivered {
@@ -112,12 +113,14 @@ func (h *httpContext) rewrite(ans *llm.PrepareResponse) (remindersDelivered bool
 		}
 	}
 	if !req.Edited() {
+		h.sentBody = req.Bytes()
 		return remindersDelivered
 	}
 	if err := proxywasm.ReplaceHttpRequestBody(req.Bytes()); err != nil {
 		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.requestID, err)
 		return false
 	}
+	h.sentBody = req.Bytes() // the response path hands it to resolve
 	return remindersDelivered
 }
 

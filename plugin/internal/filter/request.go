@@ -32,6 +32,18 @@ type httpContext struct {
 	outcomeSent     bool
 	responseStarted bool
 	streamDone      bool
+
+	// What the response path needs, captured while it is readable
+	// (request data is gone in response callbacks).
+	path          string            // :path as the client sent it
+	reentry       string            // the listener address, for followups (SPEC §1)
+	clientHeaders map[string]string // headers to repeat on followups
+	sessionID     string
+	streaming     bool   // the client asked for SSE
+	sentBody      []byte // the body as forwarded upstream; nil = not ours to resolve
+	mayContinue   bool   // prepare said a stop/length finish is worth a resolve
+
+	resp response
 }
 
 // OnHttpRequestHeaders is SPEC §1 request path step 1.
@@ -73,10 +85,20 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", llm.HeaderFollowup)
 	}
 
-	h.handled, h.protocol = true, proto
+	h.handled, h.protocol, h.path = true, proto, path
 	// The body may change, so its length must not be pinned (SPEC §1).
-	if err := proxywasm.RemoveHttpRequestHeader("content-length"); err != nil {
-		proxywasm.LogDebugf("chime: remove content-length: %v", err)
+	// The response must arrive uncompressed for the response path to read
+	// it; a compressor filter downstream may still compress it for the client.
+	for _, name := range []string{"content-length", "accept-encoding"} {
+		if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
+			proxywasm.LogDebugf("chime: remove %s: %v", name, err)
+		}
+	}
+	h.clientHeaders = followupHeaders(headers)
+	if addr, err := proxywasm.GetProperty([]string{"destination", "address"}); err == nil {
+		h.reentry = string(addr)
+	} else {
+		proxywasm.LogDebugf("chime: no destination.address property (followups use the host's default): %v", err)
 	}
 	if id, _ := get("x-request-id"); id != "" {
 		h.requestID = id
@@ -123,10 +145,12 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	}
 	h.req = req
 	h.zone = h.plugin.zoneFor(h.timezone)
+	h.streaming = req.Stream()
+	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))
 	prep := llm.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
-		SessionID:  req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] })),
+		SessionID:  h.sessionID,
 		Timezone:   h.zone.String(),
 		Directives: hostDirectives(req.Directives()),
 	}
@@ -152,6 +176,36 @@ func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
 		out = append(out, llm.HostDirective{
 			Kind: d.Kind.String(), Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
 		})
+	}
+	return out
+}
+
+// followupHeaders picks the client's request headers the host repeats on
+// followups (llm.ResolveRequest.Headers): provider credentials and API
+// versions, session and zone headers. Left out: pseudo-headers (the
+// authority travels as "host"), framing and hop-by-hop headers,
+// accept-encoding (the host reads the followup's answer), the proxy's own
+// x-envoy-*/x-forwarded-* and the request id (a followup is a new request).
+func followupHeaders(headers [][2]string) map[string]string {
+	out := make(map[string]string, len(headers))
+	for _, kv := range headers {
+		name := strings.ToLower(kv[0])
+		switch {
+		case name == ":authority":
+			name = "host"
+		case strings.HasPrefix(name, ":"), strings.HasPrefix(name, "x-envoy-"), strings.HasPrefix(name, "x-forwarded-"):
+			continue
+		}
+		switch name {
+		case "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+			"proxy-connection", "expect", "accept-encoding", "x-request-id", llm.HeaderFollowup:
+			continue
+		}
+		if prev, ok := out[name]; ok {
+			out[name] = prev + ", " + kv[1]
+			continue
+		}
+		out[name] = kv[1]
 	}
 	return out
 }

@@ -1,0 +1,323 @@
+package resolve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/llm"
+)
+
+// chain is one resolve call's state: the conversation so far and the
+// followup turns it produced.
+type chain struct {
+	r          *Resolver
+	req        *llm.ResolveRequest
+	proto      llm.Protocol
+	ctx        context.Context
+	body       []byte    // the last request sent upstream (original, then each followup)
+	turn       *llm.Turn // the answer to body
+	turns      []*llm.Turn
+	hops       int
+	seen       map[[32]byte]int
+	compaction bool
+}
+
+// run loops until the chain ends and returns why (SPEC §7 priorities:
+// server tools, then stopMessage, then a hold).
+func (c *chain) run() string {
+	cfg := &c.r.cfg
+	st := c.req.ServerTools
+	for {
+		if reason := c.stopped(); reason != "" {
+			return reason
+		}
+		if server := c.turn.ServerCalls(st); len(server) > 0 {
+			if len(c.turn.ClientCalls(st)) > 0 {
+				// SPEC §1 mixed calls: the server tools run, the client
+				// gets its calls; there is nothing to follow up with.
+				c.execute(server)
+				return ReasonClientTools
+			}
+			if c.hops >= cfg.MaxHops {
+				return ReasonMaxHops
+			}
+			llm.AssignCallIDs(c.proto, c.body, c.turn)
+			results := c.execute(c.turn.ToolCalls)
+			if reason := c.stopped(); reason != "" {
+				return reason
+			}
+			if reason := c.send(KindTool, c.nextID(KindTool), results, ""); reason != "" {
+				return reason
+			}
+			continue
+		}
+		if len(c.turn.ToolCalls) > 0 {
+			return ReasonDone // client tool calls only: the client's turn
+		}
+		fin := c.turn.Finish.Reason
+		if fin == llm.FinishNone {
+			fin = llm.FinishStop
+		}
+		if (fin != llm.FinishStop && fin != llm.FinishLength) || c.compaction || c.req.SessionID == "" {
+			return ReasonDone
+		}
+		if fin == llm.FinishStop && cfg.Stop.Active(c.req.SessionID) {
+			if c.hops >= cfg.MaxHops {
+				return ReasonMaxHops
+			}
+			// SPEC §7: used+1 is on disk before the followup leaves.
+			text, ok, err := cfg.Stop.Consume(c.req.SessionID, cfg.Now())
+			if err != nil {
+				c.r.log.Warn("stopMessage: persisting use failed; no followup", "request", c.req.RequestID, "err", err)
+				return ReasonError
+			}
+			if ok {
+				if reason := c.send(KindStop, c.nextID(KindStop), nil, text); reason != "" {
+					return reason
+				}
+				continue
+			}
+		}
+		if !c.req.Streaming && cfg.NoHoldNonStreaming {
+			return ReasonDone
+		}
+		reason, held := c.hold()
+		if !held {
+			return reason
+		}
+		if reason != "" {
+			return reason
+		}
+	}
+}
+
+// hold waits for the session's next task when it comes due within HoldMax
+// and follows up with its reminder (SPEC §8). held is false when no hold
+// applies; reason is set when the chain must end.
+func (c *chain) hold() (reason string, held bool) {
+	cfg := &c.r.cfg
+	id := c.nextID(KindHold)
+	due, ok := cfg.Reminders.NextDue(c.ctx, c.req.SessionID, id)
+	if !ok {
+		return ReasonDone, false
+	}
+	wait := due.Sub(cfg.Now())
+	if wait > cfg.HoldMax {
+		return ReasonDone, false
+	}
+	if c.hops >= cfg.MaxHops {
+		return ReasonMaxHops, true
+	}
+	if wait > 0 {
+		c.r.log.Debug("holding for a due task", "request", c.req.RequestID, "wait", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			cfg.Observer.Hold(HoldCancelled)
+			return c.stopped(), true
+		case <-t.C:
+		}
+	}
+	text, err := cfg.Reminders.Reserve(c.ctx, c.req.SessionID, id, cfg.Now())
+	if err != nil {
+		c.r.log.Warn("hold: reserving reminders failed", "request", c.req.RequestID, "err", err)
+	}
+	if text == "" {
+		cfg.Observer.Hold(HoldEmpty)
+		return ReasonDone, true
+	}
+	reason = c.send(KindHold, id, nil, text)
+	return reason, true
+}
+
+// nextID is the followup request id: `<parent>:<kind><hop>`, so that
+// notBeforeRequestId prefix matching covers every followup of the chain.
+func (c *chain) nextID(kind string) string {
+	return c.req.RequestID + ":" + kind + strconv.Itoa(c.hops+1)
+}
+
+// stopped returns the guard that ended the chain's context, or "".
+func (c *chain) stopped() string {
+	if c.ctx.Err() == nil {
+		return ""
+	}
+	if errors.Is(context.Cause(c.ctx), errMaxDuration) {
+		return ReasonMaxDuration
+	}
+	return ReasonCancelled
+}
+
+// execute runs calls through the host's tools, for the session of the
+// request and under the chain's root request id (so a task scheduled
+// inside the due window is blocked for the whole chain, SPEC §6).
+func (c *chain) execute(calls []llm.ToolCall) []llm.ToolResult {
+	out := make([]llm.ToolResult, 0, len(calls))
+	for _, call := range calls {
+		c.r.log.Debug("executing server tool", "request", c.req.RequestID, "tool", call.Name, "arguments", call.Arguments)
+		res := c.r.cfg.Tools.Execute(c.ctx, c.req.SessionID, c.req.RequestID, call.Name, []byte(call.Arguments))
+		out = append(out, llm.ToolResult{CallID: call.ID, Name: call.Name, Output: string(res)})
+	}
+	return out
+}
+
+// send builds and posts one followup and advances the chain with its
+// answer. It returns the reason the chain ends, or "" to go on.
+func (c *chain) send(kind, id string, results []llm.ToolResult, userText string) string {
+	cfg := &c.r.cfg
+	body, err := llm.BuildFollowup(c.proto, c.body, c.turn, results, userText)
+	if err != nil {
+		c.r.log.Warn("followup cannot be built", "request", c.req.RequestID, "kind", kind, "err", err)
+		if kind == KindHold {
+			c.finishHold(id, false)
+		}
+		return ReasonError
+	}
+	c.hops++
+	cfg.Observer.Followup(kind)
+	turn, status, err := c.post(id, body)
+	if kind == KindHold {
+		delivered := status >= 200 && status < 300
+		if !delivered && c.ctx.Err() != nil {
+			cfg.Observer.Hold(HoldCancelled)
+			c.finishHold(id, false)
+		} else {
+			c.finishHold(id, delivered)
+		}
+	}
+	if err != nil {
+		if reason := c.stopped(); reason != "" {
+			return reason
+		}
+		c.r.log.Warn("followup failed", "request", id, "kind", kind, "status", status, "err", err)
+		return ReasonUpstreamError
+	}
+	key := pairKey(c.turn, results, userText, turn)
+	c.body, c.turn = body, turn
+	c.turns = append(c.turns, turn)
+	c.seen[key]++
+	if c.seen[key] >= cfg.RepeatLimit {
+		return ReasonRepeated
+	}
+	return ""
+}
+
+// finishHold commits or rolls back a hold's reservation, whatever the
+// chain's context says.
+func (c *chain) finishHold(id string, delivered bool) {
+	cfg := &c.r.cfg
+	ctx := context.WithoutCancel(c.ctx)
+	var err error
+	if delivered {
+		_, err = cfg.Reminders.Commit(ctx, id)
+		cfg.Observer.Hold(HoldCommitted)
+	} else {
+		_, err = cfg.Reminders.Rollback(ctx, id)
+		if c.ctx.Err() == nil {
+			cfg.Observer.Hold(HoldRolledBack)
+		}
+	}
+	if err != nil {
+		c.r.log.Warn("hold: finishing the reservation failed", "request", id, "commit", delivered, "err", err)
+	}
+}
+
+// post sends a followup through the proxy listener (SPEC §1) and parses
+// the JSON answer. status is 0 when no response arrived.
+func (c *chain) post(id string, body []byte) (*llm.Turn, int, error) {
+	cfg := &c.r.cfg
+	url := "http://" + c.req.Reentry + c.req.Path
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	copyHeaders(req.Header, c.req.Headers)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Request-Id", id)
+	req.Header.Set(llm.HeaderFollowup, llm.FollowupMarker(cfg.Token, id))
+	resp, err := cfg.Client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, cfg.MaxResponseBytes+1))
+	if err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("reading the answer: %w", err)
+	}
+	if int64(len(raw)) > cfg.MaxResponseBytes {
+		return nil, resp.StatusCode, fmt.Errorf("answer over %d bytes", cfg.MaxResponseBytes)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, resp.StatusCode, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	turn, err := llm.ParseResponse(c.proto, raw)
+	if err != nil {
+		return nil, resp.StatusCode, err
+	}
+	return turn, resp.StatusCode, nil
+}
+
+// dropped are headers a followup must not repeat: framing and hop-by-hop
+// headers (RFC 9110 §7.6.1), compression (bodies are parsed), and the
+// ones the host sets itself.
+var dropped = map[string]bool{
+	"content-length": true, "host": true, "connection": true, "keep-alive": true,
+	"proxy-connection": true, "proxy-authenticate": true, "proxy-authorization": true,
+	"te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+	"accept-encoding": true, "expect": true, "content-type": true, "accept": true,
+	"x-request-id": true, llm.HeaderFollowup: true,
+}
+
+func copyHeaders(dst http.Header, src map[string]string) {
+	listed := map[string]bool{} // named by Connection: hop-by-hop too
+	for k, v := range src {
+		if strings.EqualFold(k, "connection") {
+			for _, name := range strings.Split(v, ",") {
+				listed[strings.ToLower(strings.TrimSpace(name))] = true
+			}
+		}
+	}
+	for k, v := range src {
+		lk := strings.ToLower(k)
+		if dropped[lk] || listed[lk] || strings.HasPrefix(lk, ":") || strings.HasPrefix(lk, "x-envoy-") {
+			continue
+		}
+		dst.Set(k, v)
+	}
+}
+
+// answer folds the chain's followup turns into the continuation (SPEC §1:
+// text in order, the last turn's tool calls and finish, usage summed).
+// Server-tool calls never reach the client: a last turn left with only
+// those ends as a plain stop.
+func (c *chain) answer(reason string) llm.ResolveResponse {
+	resp := llm.ResolveResponse{Reason: reason, Hops: c.hops}
+	if reason == ReasonCancelled || len(c.turns) == 0 {
+		return resp
+	}
+	resp.Continued = true
+	resp.Continuation = fold(c.turns, c.req.ServerTools)
+	return resp
+}
+
+func fold(turns []*llm.Turn, serverTools []string) *llm.Turn {
+	first := *turns[0]
+	out := &first
+	for _, t := range turns[1:] {
+		out = llm.Merge(out, t)
+	}
+	last := turns[len(turns)-1]
+	out.ToolCalls = last.ClientCalls(serverTools)
+	if len(last.ToolCalls) > 0 && len(out.ToolCalls) == 0 {
+		out.Finish = llm.Finish{Reason: llm.FinishStop}
+	}
+	return out
+}

@@ -1,0 +1,396 @@
+// Package resolve is the host side of the response path (SPEC §1, §7, §8):
+// given a finished upstream turn, it executes server-tool calls, applies
+// stopMessage and clock holds, and sends the followups back through the
+// proxy listener until the chain ends or a loop guard stops it. It also
+// cancels chains whose client went away.
+package resolve
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/llm"
+)
+
+// Reasons a chain ends (llm.ResolveResponse.Reason).
+const (
+	ReasonDone          = "done"           // nothing (more) to do
+	ReasonClientTools   = "client_tools"   // the turn has client tool calls: the client answers them
+	ReasonMaxHops       = "max_hops"       // SPEC §7: at most MaxHops followups
+	ReasonMaxDuration   = "max_duration"   // SPEC §7: at most MaxDuration of wall time
+	ReasonRepeated      = "repeated"       // SPEC §7: RepeatLimit identical request/response pairs
+	ReasonCancelled     = "cancelled"      // the client went away (PathCancel or the callout dropped)
+	ReasonUpstreamError = "upstream_error" // a followup got non-2xx, no answer, or a body that is not a turn
+	ReasonError         = "error"          // a followup could not be built (logged)
+)
+
+// Followup kinds: the followups_total label and the request id suffix.
+const (
+	KindTool = "tool"
+	KindStop = "stop"
+	KindHold = "hold"
+)
+
+// Hold outcomes (holds_total label).
+const (
+	HoldCommitted  = "committed"   // the followup got 2xx: reminders delivered
+	HoldRolledBack = "rolled_back" // the followup failed: reminders released
+	HoldCancelled  = "cancelled"   // the chain was cancelled while holding or sending
+	HoldEmpty      = "empty"       // nothing left to reserve once due
+)
+
+// Defaults of SPEC §7 and §8.
+const (
+	DefaultMaxHops          = 8
+	DefaultMaxDuration      = 15 * time.Minute
+	DefaultRepeatLimit      = 3
+	DefaultHoldMax          = 60 * time.Second
+	DefaultCancelMemory     = 5 * time.Minute
+	DefaultFollowupTimeout  = 10 * time.Minute
+	DefaultMaxResponseBytes = 32 << 20
+)
+
+// ErrBadRequest wraps every rejection of a ResolveRequest.
+var ErrBadRequest = errors.New("resolve: bad request")
+
+var (
+	errCancelled   = errors.New("chain cancelled")
+	errMaxDuration = errors.New("chain exceeded its maximum duration")
+)
+
+// Tools runs one server-tool call for a session (host.ToolExecutor).
+type Tools interface {
+	Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage
+}
+
+// StopMessages is the session's stopMessage state (SPEC §7).
+type StopMessages interface {
+	// Active reports whether the state exists with used < maxRepeats.
+	Active(sessionID string) bool
+	// Consume persists used+1 and lastUsedAt when the state is active and
+	// returns its text; ok is false when it is not.
+	Consume(sessionID string, now time.Time) (text string, ok bool, err error)
+}
+
+// Reminders is the clock engine as holds use it (SPEC §6, §8).
+type Reminders interface {
+	// NextDue is when the session's next task becomes injectable into requestID.
+	NextDue(ctx context.Context, sessionID, requestID string) (time.Time, bool)
+	// Reserve reserves the due reminders for requestID and renders them ("" when none).
+	Reserve(ctx context.Context, sessionID, requestID string, now time.Time) (string, error)
+	Commit(ctx context.Context, requestID string) (int, error)
+	Rollback(ctx context.Context, requestID string) (int, error)
+}
+
+// Observer counts what chains do; nil methods are fine to skip.
+type Observer interface {
+	Followup(kind string)
+	Chain(reason string)
+	Hold(outcome string)
+}
+
+// Config wires a Resolver. Token, Tools, Stop and Reminders are required.
+type Config struct {
+	Token     string // signs llm.HeaderFollowup
+	Tools     Tools
+	Stop      StopMessages
+	Reminders Reminders
+	Observer  Observer
+	// Now is host time with the NTP offset; default time.Now.
+	Now func() time.Time
+	// Location resolves the request's IANA zone for tool calls; nil = none.
+	Location func(name string) *time.Location
+	// HoldMax is holdMaxMs (SPEC §8).
+	HoldMax time.Duration
+	// NoHoldNonStreaming is holdNonStreaming=false: no holds for JSON clients.
+	NoHoldNonStreaming bool
+	MaxHops            int
+	MaxDuration        time.Duration
+	RepeatLimit        int
+	// DefaultReentry is the proxy listener (host:port) for requests that
+	// name none (the filter could not read its listener address).
+	DefaultReentry string
+	// CancelMemory is how long a cancelled request id is remembered, so a
+	// cancel that overtakes its resolve still stops it.
+	CancelMemory time.Duration
+	// Client sends followups; default: FollowupTimeout, no redirects, no
+	// transparent compression.
+	Client           *http.Client
+	FollowupTimeout  time.Duration
+	MaxResponseBytes int64
+	Logger           *slog.Logger
+}
+
+// Resolver runs followup chains. It is safe for concurrent use.
+type Resolver struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	active    map[string][]*handle
+	cancelled map[string]time.Time // request id → forget after
+	nextPrune time.Time
+}
+
+type handle struct{ cancel context.CancelCauseFunc }
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Resolver, error) {
+	if cfg.Token == "" || cfg.Tools == nil || cfg.Stop == nil || cfg.Reminders == nil {
+		return nil, errors.New("resolve: Config needs Token, Tools, Stop and Reminders")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Location == nil {
+		cfg.Location = func(string) *time.Location { return nil }
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	setDefault(&cfg.HoldMax, DefaultHoldMax)
+	setDefault(&cfg.MaxDuration, DefaultMaxDuration)
+	setDefault(&cfg.CancelMemory, DefaultCancelMemory)
+	setDefault(&cfg.FollowupTimeout, DefaultFollowupTimeout)
+	if cfg.MaxHops <= 0 {
+		cfg.MaxHops = DefaultMaxHops
+	}
+	if cfg.RepeatLimit <= 0 {
+		cfg.RepeatLimit = DefaultRepeatLimit
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.Client == nil {
+		cfg.Client = newClient(cfg.FollowupTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Resolver{cfg: cfg, log: cfg.Logger, active: map[string][]*handle{}, cancelled: map[string]time.Time{}}, nil
+}
+
+func setDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+			// The client's accept-encoding is dropped: bodies must be plain JSON.
+			DisableCompression: true,
+		},
+		// A redirect from the proxy listener is an upstream error, not a
+		// place to resend credentials to.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Followup(string) {}
+func (nopObserver) Chain(string)    {}
+func (nopObserver) Hold(string)     {}
+
+// ParseProtocol maps llm.Protocol.String() back to the protocol.
+func ParseProtocol(s string) llm.Protocol {
+	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
+		if p.String() == s {
+			return p
+		}
+	}
+	return llm.Unknown
+}
+
+func validate(req *llm.ResolveRequest, defaultReentry string) (llm.Protocol, error) {
+	p := ParseProtocol(req.Protocol)
+	if req.Reentry == "" {
+		req.Reentry = defaultReentry
+	}
+	switch {
+	case req.RequestID == "":
+		return p, fmt.Errorf("%w: requestId is required", ErrBadRequest)
+	case p == llm.Unknown:
+		return p, fmt.Errorf("%w: protocol %q is not chat, responses or messages", ErrBadRequest, req.Protocol)
+	case !strings.HasPrefix(req.Path, "/"):
+		return p, fmt.Errorf("%w: path %q must start with /", ErrBadRequest, req.Path)
+	case req.Reentry == "" || strings.ContainsAny(req.Reentry, "/?# "):
+		return p, fmt.Errorf("%w: reentry %q must be the proxy listener's host:port (and the host has no default)", ErrBadRequest, req.Reentry)
+	case req.Turn == nil:
+		return p, fmt.Errorf("%w: turn is required", ErrBadRequest)
+	}
+	if _, err := llm.ParseRequest(p, req.Request); err != nil {
+		return p, fmt.Errorf("%w: request: %v", ErrBadRequest, err)
+	}
+	return p, nil
+}
+
+// Resolve runs the followup chain of one finished turn (SPEC §1 response
+// path) and answers once it ends. ctx is the filter's callout: when it ends
+// the chain is cancelled, as by Cancel. The error wraps ErrBadRequest for
+// invalid input; a chain never fails, it ends with a Reason.
+func (r *Resolver) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.ResolveResponse, error) {
+	p, err := validate(&req, r.cfg.DefaultReentry)
+	if err != nil {
+		return llm.ResolveResponse{}, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeoutCause(ctx, r.cfg.MaxDuration, errMaxDuration)
+	defer stop()
+	h := &handle{cancel: cancel}
+	if !r.register(req.RequestID, h) {
+		r.cfg.Observer.Chain(ReasonCancelled)
+		r.log.Info("resolve after cancel: nothing done", "request", req.RequestID)
+		return llm.ResolveResponse{Reason: ReasonCancelled}, nil
+	}
+	defer r.unregister(req.RequestID, h)
+
+	if loc := r.cfg.Location(req.Timezone); loc != nil {
+		ctx = clock.WithLocation(ctx, loc)
+	}
+	c := &chain{
+		r: r, req: &req, proto: p, ctx: ctx, body: req.Request, turn: req.Turn,
+		seen:       map[[32]byte]int{},
+		compaction: llm.IsCompaction(p, req.Request),
+	}
+	reason := c.run()
+	resp := c.answer(reason)
+	r.cfg.Observer.Chain(reason)
+	r.log.Info("resolve finished", "request", req.RequestID, "session", req.SessionID,
+		"reason", reason, "hops", c.hops, "continued", resp.Continued)
+	return resp, nil
+}
+
+// Cancel stops the chain of requestID — its hold, its in-flight followup —
+// and remembers the id for CancelMemory so a resolve arriving later does
+// nothing. An unknown id is fine.
+func (r *Resolver) Cancel(requestID string) {
+	if requestID == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	r.pruneLocked(now)
+	r.cancelled[requestID] = now.Add(r.cfg.CancelMemory)
+	for _, h := range r.active[requestID] {
+		h.cancel(errCancelled)
+	}
+}
+
+// maxRemembered bounds the cancelled-id memory.
+const maxRemembered = 100_000
+
+// pruneLocked drops expired ids at most once a second, and arbitrary ones
+// when the memory is full, so Cancel stays O(1) amortized.
+func (r *Resolver) pruneLocked(now time.Time) {
+	full := len(r.cancelled) >= maxRemembered
+	if !full && (len(r.cancelled) < 1024 || now.Before(r.nextPrune)) {
+		return
+	}
+	r.nextPrune = now.Add(time.Second)
+	for id, until := range r.cancelled {
+		if now.After(until) {
+			delete(r.cancelled, id)
+		}
+	}
+	if len(r.cancelled) < maxRemembered {
+		return
+	}
+	for id := range r.cancelled {
+		if len(r.cancelled) < maxRemembered*3/4 {
+			break
+		}
+		delete(r.cancelled, id)
+	}
+}
+
+// register adds a running chain unless its id was cancelled already.
+func (r *Resolver) register(id string, h *handle) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if until, ok := r.cancelled[id]; ok && time.Now().Before(until) {
+		return false
+	}
+	r.active[id] = append(r.active[id], h)
+	return true
+}
+
+func (r *Resolver) unregister(id string, h *handle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hs := r.active[id]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(r.active, id)
+	} else {
+		r.active[id] = hs
+	}
+}
+
+// Active reports how many chains are running (tests, shutdown).
+func (r *Resolver) Active() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, hs := range r.active {
+		n += len(hs)
+	}
+	return n
+}
+
+// pairKey identifies one request/response pair of a chain for the
+// repetition guard (SPEC §7): what the hop added (the previous turn, the
+// tool outputs or user text) and what came back, ignoring call ids and
+// usage, which differ on every call even when the model loops.
+func pairKey(prev *llm.Turn, results []llm.ToolResult, userText string, next *llm.Turn) [32]byte {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	turn := func(t *llm.Turn) {
+		field(t.Text)
+		field(string(t.Finish.Reason))
+		for _, c := range t.ToolCalls {
+			field(c.Name)
+			field(c.Arguments)
+		}
+		field("|")
+	}
+	turn(prev)
+	for _, res := range results {
+		field(res.Name)
+		field(res.Output)
+	}
+	field(userText)
+	turn(next)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}

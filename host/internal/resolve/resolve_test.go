@@ -1,0 +1,132 @@
+package resolve
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chimehq/chime/llm"
+)
+
+type fakeTools struct{ calls atomic.Int32 }
+
+func (f *fakeTools) Execute(context.Context, string, string, string, json.RawMessage) json.RawMessage {
+	f.calls.Add(1)
+	return json.RawMessage(`{"ok":true}`)
+}
+
+type noStop struct{}
+
+func (noStop) Active(string) bool                              { return false }
+func (noStop) Consume(string, time.Time) (string, bool, error) { return "", false, nil }
+
+type noReminders struct{}
+
+func (noReminders) NextDue(context.Context, string, string) (time.Time, bool) {
+	return time.Time{}, false
+}
+func (noReminders) Reserve(context.Context, string, string, time.Time) (string, error) {
+	return "", nil
+}
+func (noReminders) Commit(context.Context, string) (int, error)   { return 0, nil }
+func (noReminders) Rollback(context.Context, string) (int, error) { return 0, nil }
+
+func TestNewNeedsDependencies(t *testing.T) {
+	if _, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}}); err == nil {
+		t.Fatal("New without Reminders succeeded")
+	}
+	if _, err := New(Config{Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}}); err == nil {
+		t.Fatal("New without a token succeeded")
+	}
+}
+
+// A cancelled id is remembered for CancelMemory, then forgotten.
+func TestCancelMemoryExpires(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(llm.RenderJSON(llm.Chat, &llm.Turn{Text: "ok"}))
+	}))
+	defer srv.Close()
+	tools := &fakeTools{}
+	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := llm.ResolveRequest{
+		RequestID: "r1", Protocol: "chat", Path: "/v1/chat/completions", Reentry: srv.Listener.Addr().String(),
+		Request: json.RawMessage(`{"messages":[{"role":"user","content":"hi"}]}`),
+		Turn:    &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: "{}"}}}, ServerTools: []string{"clock"},
+	}
+	r.Cancel("r1")
+	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonCancelled || tools.calls.Load() != 0 {
+		t.Fatalf("resolve right after cancel: %+v, %d tool calls", resp, tools.calls.Load())
+	}
+	time.Sleep(80 * time.Millisecond)
+	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonDone || resp.Hops != 1 || tools.calls.Load() != 1 {
+		t.Fatalf("resolve after the memory expired: %+v", resp)
+	}
+	if r.Active() != 0 {
+		t.Fatalf("%d chains still registered", r.Active())
+	}
+}
+
+func TestCancelMemoryBounded(t *testing.T) {
+	r, _ := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: time.Hour})
+	for i := range maxRemembered + 5000 {
+		r.Cancel(string(rune('a'+i%26)) + time.Duration(i).String())
+	}
+	if n := len(r.cancelled); n > maxRemembered+1 {
+		t.Fatalf("%d ids remembered, bound %d", n, maxRemembered)
+	}
+}
+
+func TestCopyHeaders(t *testing.T) {
+	h := http.Header{}
+	copyHeaders(h, map[string]string{
+		"Authorization": "Bearer k", "anthropic-version": "2023-06-01", "Connection": "close, X-Secret-Hop",
+		"x-secret-hop": "1", "Transfer-Encoding": "chunked", "TE": "trailers", ":path": "/x", "Host": "h",
+		"X-Envoy-Original-Path": "/y", "X-Chime-Followup": "forged.mac", "Content-Length": "9", "Accept-Encoding": "br",
+	})
+	want := http.Header{"Authorization": {"Bearer k"}, "Anthropic-Version": {"2023-06-01"}}
+	if len(h) != len(want) || h.Get("Authorization") != "Bearer k" || h.Get("Anthropic-Version") != "2023-06-01" {
+		t.Fatalf("copied %v, want %v", h, want)
+	}
+}
+
+func TestFold(t *testing.T) {
+	st := []string{"clock"}
+	turns := []*llm.Turn{
+		{ID: "a", Model: "m", Text: "one", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock"}}, Usage: llm.Usage{InputTokens: 1, OutputTokens: 2}},
+		{ID: "b", Text: "two", ToolCalls: []llm.ToolCall{{ID: "2", Name: "clock"}, {ID: "3", Name: "exec"}},
+			Finish: llm.Finish{Reason: llm.FinishToolCalls}, Usage: llm.Usage{InputTokens: 3, OutputTokens: 4}},
+	}
+	got := fold(turns, st)
+	if got.ID != "a" || got.Text != "one\n\ntwo" || len(got.ToolCalls) != 1 || got.ToolCalls[0].ID != "3" ||
+		got.Finish.Reason != llm.FinishToolCalls || got.Usage != (llm.Usage{InputTokens: 4, OutputTokens: 6}) {
+		t.Fatalf("fold: %+v", got)
+	}
+	// Only server calls left: a plain stop.
+	got = fold(turns[:1], st)
+	if len(got.ToolCalls) != 0 || got.Finish.Reason != llm.FinishStop || len(turns[0].ToolCalls) != 1 {
+		t.Fatalf("fold of a server-call turn: %+v (input %+v)", got, turns[0])
+	}
+}
+
+func TestPairKeyIgnoresIDsAndUsage(t *testing.T) {
+	a := &llm.Turn{ID: "x", Text: "t", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 1}}
+	b := &llm.Turn{ID: "y", Text: "t", ToolCalls: []llm.ToolCall{{ID: "2", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 9}}
+	res := []llm.ToolResult{{CallID: "1", Name: "clock", Output: "{}"}}
+	if pairKey(a, res, "", a) != pairKey(b, res, "", b) {
+		t.Fatal("ids or usage changed the key")
+	}
+	if pairKey(a, res, "", a) == pairKey(a, res, "u", a) || pairKey(a, nil, "", a) == pairKey(a, res, "", a) {
+		t.Fatal("different hops share a key")
+	}
+	// Field boundaries matter: "ab"+"" differs from "a"+"b".
+	if pairKey(&llm.Turn{Text: "ab"}, nil, "", &llm.Turn{}) == pairKey(&llm.Turn{Text: "a"}, nil, "b", &llm.Turn{}) {
+		t.Fatal("ambiguous encoding")
+	}
+}

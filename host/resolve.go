@@ -1,0 +1,133 @@
+package host
+
+import (
+	"context"
+	"time"
+
+	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/host/internal/resolve"
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/storage"
+)
+
+// maxResolveBody bounds a resolve request: it carries the whole captured
+// request, and coding agents send 1–2 MB routinely.
+const maxResolveBody = 64 << 20
+
+// newResolver wires the response path (SPEC §1, §7, §8) to the service.
+func (s *Service) newResolver() (*resolve.Resolver, error) {
+	return resolve.New(resolve.Config{
+		Token:              s.cfg.Token,
+		Tools:              s,
+		Stop:               stopMessages{s.store},
+		Reminders:          holdReminders{s},
+		Observer:           observer{s.metrics},
+		Now:                s.now,
+		Location:           s.location,
+		HoldMax:            s.cfg.HoldMax,
+		NoHoldNonStreaming: s.cfg.DisableHoldNonStreaming,
+		MaxHops:            s.cfg.MaxHops,
+		MaxDuration:        s.cfg.MaxChainDuration,
+		Client:             s.cfg.FollowupClient,
+		FollowupTimeout:    s.cfg.FollowupTimeout,
+		DefaultReentry:     s.cfg.Reentry,
+		Logger:             s.log,
+	})
+}
+
+// Resolve runs the followup chain of one finished upstream turn (POST
+// /v1/filter/resolve; docs/host-api.md). The error wraps
+// resolve.ErrBadRequest for invalid input.
+func (s *Service) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.ResolveResponse, error) {
+	return s.resolver.Resolve(ctx, req)
+}
+
+// Cancel stops the chain of requestID, now or when its resolve arrives
+// within a few minutes (POST /v1/filter/cancel; SPEC §1 disconnect).
+func (s *Service) Cancel(requestID string) { s.resolver.Cancel(requestID) }
+
+// mayContinue tells the filter whether a stop/length finish is worth a
+// resolve call: an active stopMessage or a pending task (PrepareResponse.MayContinue).
+func (s *Service) mayContinue(ctx context.Context, sid, requestID string) bool {
+	if (stopMessages{s.store}).Active(sid) {
+		return true
+	}
+	if s.cfg.DisableClock {
+		return false
+	}
+	// As a followup of this request sees it: this request's own reminders
+	// (committed on its response) and tasks blocked for it do not count.
+	_, ok := s.engine.NextDue(ctx, sid, requestID+":"+resolve.KindHold)
+	return ok
+}
+
+// stopMessages is the stopMessage state of SPEC §7 over the store.
+type stopMessages struct{ store *storage.Store }
+
+func (m stopMessages) Active(sid string) bool {
+	if sid == "" {
+		return false
+	}
+	st, ok, err := m.store.GetStopMessage(sid)
+	return err == nil && ok && st.Text != "" && st.Used < st.MaxRepeats
+}
+
+// Consume persists used+1 and lastUsedAt in one transaction, so two chains
+// of a session cannot both take the last repeat.
+func (m stopMessages) Consume(sid string, now time.Time) (string, bool, error) {
+	var text string
+	err := m.store.Update(func(tx *storage.Tx) error {
+		text = ""
+		st, ok, err := tx.StopMessage(sid)
+		if err != nil || !ok || st.Text == "" || st.Used >= st.MaxRepeats {
+			return err
+		}
+		st.Used++
+		st.LastUsedAt = now.UnixMilli()
+		if err := tx.PutStopMessage(sid, st); err != nil {
+			return err
+		}
+		text = st.Text
+		return nil
+	})
+	if err != nil {
+		return "", false, err
+	}
+	return text, text != "", nil
+}
+
+// holdReminders adapts the clock engine for holds.
+type holdReminders struct{ s *Service }
+
+func (h holdReminders) NextDue(ctx context.Context, sid, requestID string) (time.Time, bool) {
+	if h.s.cfg.DisableClock {
+		return time.Time{}, false
+	}
+	return h.s.engine.NextDue(ctx, sid, requestID)
+}
+
+func (h holdReminders) Reserve(ctx context.Context, sid, requestID string, now time.Time) (string, error) {
+	rs, err := h.s.engine.Reserve(ctx, sid, requestID, now)
+	if err != nil || len(rs) == 0 {
+		return "", err
+	}
+	h.s.metrics.RemindersInjected.Add(float64(len(rs)))
+	h.s.log.Info("reminders reserved for a hold", "request", requestID, "count", len(rs))
+	return clock.RenderReminders(rs), nil
+}
+
+func (h holdReminders) Commit(ctx context.Context, requestID string) (int, error) {
+	return h.s.Commit(ctx, requestID)
+}
+
+func (h holdReminders) Rollback(ctx context.Context, requestID string) (int, error) {
+	return h.s.Rollback(ctx, requestID)
+}
+
+// observer feeds the chain counters of /metrics.
+type observer struct{ m *metrics.Metrics }
+
+func (o observer) Followup(kind string) { o.m.Followups.WithLabelValues(kind).Inc() }
+func (o observer) Chain(reason string)  { o.m.Chains.WithLabelValues(reason).Inc() }
+func (o observer) Hold(outcome string)  { o.m.Holds.WithLabelValues(outcome).Inc() }

@@ -1,0 +1,432 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+// The response path (SPEC §1): watch the finish and tool calls of a 2xx
+// JSON or SSE answer, withhold server-tool calls from the client, ask the
+// host to resolve (run the tools, hold, stopMessage) and splice its
+// continuation into the same response. Followups and anything the filter
+// cannot read pass untouched.
+
+// serverToolNames are the tools the filter withholds from clients: every
+// tool it can inject (prepare.go's serverTools), sorted.
+var serverToolNames = func() []string {
+	names := make([]string, 0, len(serverTools))
+	for name := range serverTools {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}()
+
+// spliceOptions render continuations: the text is complete already, so it
+// goes out in large deltas rather than token-sized ones.
+var spliceOptions = llm.RenderOptions{ChunkBytes: 512}
+
+type responseMode uint8
+
+const (
+	respPass  responseMode = iota // not watched: every byte passes untouched
+	respJSON                      // buffered to the end, then decided
+	respSSE                       // events forwarded or withheld one by one
+	respDrain                     // SSE after an unreadable event: the client's stream is closed, the rest dropped
+)
+
+// response is the response-path state of one stream.
+type response struct {
+	mode responseMode
+	orig *llm.Turn // the upstream turn, once complete
+
+	// SSE.
+	reader      *llm.StreamReader
+	splicer     *llm.Splicer
+	turn        llm.TurnBuilder
+	withholding bool   // a server-tool call started: everything after it is withheld
+	holdingTail bool   // a finish or terminal was withheld: so is everything after it
+	held        []byte // raw withheld events, replayed untouched when nothing was spliced
+	// forwardedCalls is how many tool calls the client saw start before
+	// withholding began (all client calls).
+	forwardedCalls int
+	paused         []byte // bytes left in the paused buffer while resolving
+
+	pending   bool // a resolve call is in flight
+	cancelled bool // the host was told to cancel it
+}
+
+// startResponse picks how to watch the response once its headers are in:
+// only 2xx, uncompressed JSON or SSE answers to a request the filter
+// forwarded itself. The body may change, so content-length goes.
+func (h *httpContext) startResponse(ok2xx, endOfStream bool) {
+	if !ok2xx || endOfStream || h.sentBody == nil {
+		h.sentBody = nil
+		return
+	}
+	if enc, _ := proxywasm.GetHttpResponseHeader("content-encoding"); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.requestID, enc)
+		h.sentBody = nil
+		return
+	}
+	ct, _ := proxywasm.GetHttpResponseHeader("content-type")
+	mediaType, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mediaType)) {
+	case "application/json":
+		h.resp.mode = respJSON
+	case "text/event-stream":
+		h.resp.mode = respSSE
+		h.resp.reader = llm.NewStreamReader(h.protocol)
+		h.resp.splicer = llm.NewSplicer(h.protocol)
+	default:
+		h.sentBody = nil
+		return
+	}
+	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
+		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.requestID, err)
+	}
+}
+
+// OnHttpResponseBody is SPEC §1 response path.
+func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) proxywasm.Action {
+	switch h.resp.mode {
+	case respJSON:
+		return h.jsonBody(bodySize, endOfStream)
+	case respSSE:
+		return h.sseBody(bodySize, endOfStream)
+	case respDrain:
+		h.emit(nil, nil, bodySize)
+	}
+	return proxywasm.ActionContinue
+}
+
+// responseBody reads the response body buffer (nil when empty).
+func (h *httpContext) responseBody(size int) ([]byte, bool) {
+	if size == 0 {
+		return nil, true
+	}
+	b, err := proxywasm.GetHttpResponseBody(0, size)
+	if err != nil {
+		proxywasm.LogWarnf("chime: request %s: cannot read the response body: %v", h.requestID, err)
+		return nil, false
+	}
+	return b, true
+}
+
+// jsonBody buffers a JSON answer to its end, then resolves or passes it.
+func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
+	if !endOfStream {
+		return proxywasm.ActionPause
+	}
+	r := &h.resp
+	r.mode = respPass // decided below; later callbacks pass
+	body, ok := h.responseBody(size)
+	if !ok {
+		return proxywasm.ActionContinue
+	}
+	turn, err := llm.ParseResponse(h.protocol, body)
+	if err != nil {
+		proxywasm.LogDebugf("chime: request %s: response passes untouched: %v", h.requestID, err)
+		return proxywasm.ActionContinue
+	}
+	r.orig = turn
+	if h.needsResolve(true) && h.resolve(false) {
+		return proxywasm.ActionPause
+	}
+	if out, changed := h.jsonEnding(nil); changed {
+		h.replaceResponse(out)
+	}
+	return proxywasm.ActionContinue
+}
+
+// sseBody forwards each complete event at once, except from the first
+// server-tool call on and from the first finish or terminal on; at the end
+// of the stream it resolves, or closes the stream with what was withheld.
+func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
+	r := &h.resp
+	chunk, ok := h.responseBody(size)
+	if !ok {
+		return proxywasm.ActionContinue
+	}
+	evs, err := r.reader.Feed(chunk)
+	out := h.route(evs, nil)
+	if err != nil {
+		// The reader cannot go on (an event over llm.MaxEventBytes): end the
+		// client's stream cleanly with what it has and drop the rest.
+		proxywasm.LogWarnf("chime: request %s: unreadable SSE stream: %v", h.requestID, err)
+		r.orig = r.turn.Turn()
+		out = append(out, h.sseEnding(nil)...)
+		r.mode = respDrain
+		h.emit(chunk, out, size)
+		return proxywasm.ActionContinue
+	}
+	if !endOfStream {
+		h.emit(chunk, out, size)
+		return proxywasm.ActionContinue
+	}
+	r.mode = respPass
+	last, err := r.reader.Close()
+	if err != nil {
+		proxywasm.LogDebugf("chime: request %s: SSE stream ended early: %v", h.requestID, err)
+	}
+	out = h.route(last, out)
+	r.orig = r.turn.Turn()
+	complete := r.turn.Terminated() && r.turn.ErrorMessage() == ""
+	if h.needsResolve(complete) && h.resolve(true) {
+		r.paused = out
+		h.emit(chunk, out, size)
+		return proxywasm.ActionPause
+	}
+	out = append(out, h.sseEnding(nil)...)
+	h.emit(chunk, out, size)
+	return proxywasm.ActionContinue
+}
+
+// route decides for each event whether it goes to the client now and
+// appends those to out.
+func (h *httpContext) route(evs []llm.Event, out []byte) []byte {
+	r := &h.resp
+	for _, ev := range evs {
+		if !r.withholding && h.startsServerCall(ev) {
+			r.withholding = true
+			r.forwardedCalls = len(r.turn.Turn().ToolCalls)
+		}
+		if ev.MustHold() {
+			r.holdingTail = true
+		}
+		forward := !r.withholding && !r.holdingTail
+		switch {
+		case forward:
+			out = append(out, ev.Raw...)
+		case !r.withholding:
+			r.held = append(r.held, ev.Raw...)
+		}
+		r.splicer.Add(ev, forward)
+		r.turn.Add(ev)
+	}
+	return out
+}
+
+// startsServerCall reports whether withholding must begin at ev. Chat may
+// split a tool name across chunks, so a call whose name so far is empty or
+// could still grow into a server tool's name is withheld too; if it turns
+// out to be a client call, the splicer re-renders it at the end.
+func (h *httpContext) startsServerCall(ev llm.Event) bool {
+	if ev.StartsToolCall(serverToolNames) {
+		return true
+	}
+	if h.protocol != llm.Chat || !ev.Kind.Has(llm.KindToolCallStart) {
+		return false
+	}
+	for _, c := range ev.Calls {
+		if c.ID == "" && c.Name == "" {
+			continue // an arguments fragment
+		}
+		for _, name := range serverToolNames {
+			if strings.HasPrefix(name, c.Name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// needsResolve is SPEC §1's test, counting the server-tool calls on the
+// way: a server-tool call, or a stop/length finish the host may continue.
+// An incomplete or failed upstream turn is never continued.
+func (h *httpContext) needsResolve(complete bool) bool {
+	t := h.resp.orig
+	n := len(t.ServerCalls(serverToolNames))
+	h.plugin.serverToolCalls.add(n)
+	if !complete {
+		return false
+	}
+	if n > 0 {
+		return true
+	}
+	return h.mayContinue && (t.Finish.Reason == llm.FinishStop || t.Finish.Reason == llm.FinishLength)
+}
+
+// resolve sends the resolve call. It reports false when the call could not
+// be sent; the caller then fails open at once.
+func (h *httpContext) resolve(streaming bool) bool {
+	p, r := h.plugin, &h.resp
+	req := llm.ResolveRequest{
+		RequestID:   h.requestID,
+		SessionID:   h.sessionID,
+		Protocol:    h.protocol.String(),
+		Path:        h.path,
+		Reentry:     h.reentry,
+		Headers:     h.clientHeaders,
+		Request:     json.RawMessage("null"),
+		Turn:        r.orig,
+		ServerTools: serverToolNames,
+		Streaming:   h.streaming || streaming,
+		Timezone:    h.zone.String(),
+	}
+	body, err := json.Marshal(req)
+	if err == nil {
+		// The request goes in byte for byte: json.Marshal would re-encode
+		// (compact and escape) a body of megabytes. The first
+		// `"request":null` is the field: the ones before it hold only strings.
+		body = bytes.Replace(body, []byte(`"request":null`), append([]byte(`"request":`), h.sentBody...), 1)
+		err = p.callHost(llm.PathResolve, body, p.cfg.ResolveTimeoutMs, h.onResolveAnswer)
+	}
+	h.sentBody = nil
+	if err != nil {
+		p.resolveFailures.inc()
+		p.hostFailures.inc()
+		proxywasm.LogWarnf("chime: request %s: cannot send resolve: %v", h.requestID, err)
+		return false
+	}
+	p.resolves.inc()
+	r.pending = true
+	return true
+}
+
+// onResolveAnswer finishes the paused response with the host's verdict.
+// The call belongs to the plugin context: the client may be gone by now.
+func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
+	p, r := h.plugin, &h.resp
+	r.pending = false
+	if h.streamDone {
+		return // the client went away; the host was told to cancel
+	}
+	var ans llm.ResolveResponse
+	if failure := readAnswer(numHeaders, bodySize, &ans); failure != "" {
+		p.resolveFailures.inc()
+		p.hostFailures.inc()
+		proxywasm.LogWarnf("chime: request %s: resolve failed, showing the original turn: %s", h.requestID, failure)
+		ans = llm.ResolveResponse{}
+	}
+	proxywasm.LogDebugf("chime: request %s: resolved: continued %v, reason %q, %d hops", h.requestID, ans.Continued, ans.Reason, ans.Hops)
+	if r.reader != nil {
+		h.replaceResponse(append(r.paused, h.sseEnding(&ans)...))
+		r.paused = nil
+	} else if out, changed := h.jsonEnding(&ans); changed {
+		h.replaceResponse(out)
+	}
+	if err := proxywasm.ResumeHttpResponse(); err != nil {
+		proxywasm.LogWarnf("chime: request %s: resume response: %v", h.requestID, err)
+	}
+}
+
+// cancelPendingResolve tells the host, once, that the client of a pending
+// resolve went away (SPEC §1 disconnect), so it stops holds and followups.
+func (h *httpContext) cancelPendingResolve() {
+	r := &h.resp
+	if !r.pending || r.cancelled {
+		return
+	}
+	r.cancelled = true
+	proxywasm.LogDebugf("chime: request %s: client gone while resolving; cancelling", h.requestID)
+	h.plugin.sendOutcome(llm.PathCancel, h.requestID)
+}
+
+// continuation is the answer's continuation, or nil when there is none.
+func continuation(ans *llm.ResolveResponse) *llm.Turn {
+	if ans == nil || !ans.Continued {
+		return nil
+	}
+	return ans.Continuation
+}
+
+// jsonEnding renders the client's JSON body: the merged turn when the host
+// continued, else the original turn minus server-tool calls. It reports
+// false when the original bytes can stay.
+func (h *httpContext) jsonEnding(ans *llm.ResolveResponse) ([]byte, bool) {
+	orig := h.resp.orig
+	clientCalls := orig.ClientCalls(serverToolNames)
+	if cont := continuation(ans); cont != nil {
+		merged := llm.Merge(withoutServerCalls(orig), cont)
+		merged.ToolCalls = append(clientCalls, newCalls(clientCalls, cont.ToolCalls)...)
+		merged.Finish = finishFor(merged.Finish, len(merged.ToolCalls))
+		return llm.RenderJSON(h.protocol, merged), true
+	}
+	if len(clientCalls) == len(orig.ToolCalls) {
+		return nil, false
+	}
+	return llm.RenderJSON(h.protocol, withoutServerCalls(orig)), true
+}
+
+// sseEnding renders what follows the forwarded events: the spliced
+// continuation, or the withheld part of the original minus server-tool
+// calls, or, when nothing was withheld but the held finish and terminal,
+// those events byte for byte.
+func (h *httpContext) sseEnding(ans *llm.ResolveResponse) []byte {
+	r := &h.resp
+	seen := r.orig.ToolCalls[:min(r.forwardedCalls, len(r.orig.ToolCalls))]
+	withheld := llm.Turn{ToolCalls: r.orig.ToolCalls[len(seen):]}
+	withheldClient := withheld.ClientCalls(serverToolNames)
+	if cont := continuation(ans); cont != nil {
+		rest := *cont
+		rest.ToolCalls = append(withheldClient, newCalls(r.orig.ClientCalls(serverToolNames), cont.ToolCalls)...)
+		rest.Finish = finishFor(rest.Finish, len(seen)+len(rest.ToolCalls))
+		return r.splicer.Continue(&rest, spliceOptions)
+	}
+	if !r.withholding {
+		if len(r.orig.ServerCalls(serverToolNames)) > 0 {
+			proxywasm.LogWarnf("chime: request %s: a server-tool call reached the client unrecognised", h.requestID)
+		}
+		return r.held
+	}
+	rest := &llm.Turn{ToolCalls: withheldClient, Finish: finishFor(r.orig.Finish, len(seen)+len(withheldClient))}
+	return r.splicer.Continue(rest, spliceOptions)
+}
+
+// withoutServerCalls is t as the client may see it (SPEC §1: a client
+// never sees a server-tool call).
+func withoutServerCalls(t *llm.Turn) *llm.Turn {
+	out := *t
+	out.ToolCalls = t.ClientCalls(serverToolNames)
+	out.Finish = finishFor(t.Finish, len(out.ToolCalls))
+	return &out
+}
+
+// newCalls returns the continuation's calls that do not repeat one of the
+// original's client calls (by id). The host's continuation may carry the
+// original's client calls of a mixed turn (SPEC §1 mixed calls), or not;
+// either way the client gets each once.
+func newCalls(orig, cont []llm.ToolCall) []llm.ToolCall {
+	var out []llm.ToolCall
+	for _, c := range cont {
+		if c.ID != "" && slices.ContainsFunc(orig, func(o llm.ToolCall) bool { return o.ID == c.ID }) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// finishFor keeps a finish consistent with the calls the client gets: a
+// tool_calls finish without calls becomes stop, and calls after a stop
+// finish make it tool_calls.
+func finishFor(f llm.Finish, calls int) llm.Finish {
+	switch {
+	case calls == 0 && f.Reason == llm.FinishToolCalls:
+		return llm.Finish{Reason: llm.FinishStop}
+	case calls > 0 && (f.Reason == llm.FinishStop || f.Reason == llm.FinishNone):
+		return llm.Finish{Reason: llm.FinishToolCalls}
+	}
+	return f
+}
+
+// emit makes the current chunk buffer hold out, the bytes the client gets
+// now, instead of chunk.
+func (h *httpContext) emit(chunk, out []byte, size int) {
+	if len(chunk) == size && bytes.Equal(chunk, out) {
+		return
+	}
+	h.replaceResponse(out)
+}
+
+func (h *httpContext) replaceResponse(b []byte) {
+	if err := proxywasm.ReplaceHttpResponseBody(b); err != nil {
+		proxywasm.LogWarnf("chime: request %s: cannot replace the response body: %v", h.requestID, err)
+	}
+}
