@@ -69,8 +69,11 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 	if sid == "" {
 		return ans
 	}
+	var pending bool
 	if !s.cfg.DisableClock {
-		rs, err := s.engine.Reserve(ctx, sid, req.RequestID, now)
+		var rs []clock.Reminder
+		var err error
+		rs, pending, err = s.engine.ReserveAndPending(ctx, sid, req.RequestID, now)
 		switch {
 		case errors.Is(err, clock.ErrNoRequestID):
 			s.log.Debug("prepare without request id: no reminders reserved", "session", sid)
@@ -83,7 +86,7 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
-	ans.MayContinue = s.mayContinue(ctx, sid, req.RequestID)
+	ans.MayContinue = pending || (stopMessages{s.store}).Active(sid)
 	if sess, ok, err := s.store.GetSession(sid); err != nil {
 		s.log.Warn("reading session record failed", "err", err)
 	} else if ok {

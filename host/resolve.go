@@ -47,21 +47,6 @@ func (s *Service) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.Reso
 // within a few minutes (POST /v1/filter/cancel; SPEC §1 disconnect).
 func (s *Service) Cancel(requestID string) { s.resolver.Cancel(requestID) }
 
-// mayContinue tells the filter whether a stop/length finish is worth a
-// resolve call: an active stopMessage or a pending task (PrepareResponse.MayContinue).
-func (s *Service) mayContinue(ctx context.Context, sid, requestID string) bool {
-	if (stopMessages{s.store}).Active(sid) {
-		return true
-	}
-	if s.cfg.DisableClock {
-		return false
-	}
-	// As a followup of this request sees it: this request's own reminders
-	// (committed on its response) and tasks blocked for it do not count.
-	_, ok := s.engine.NextDue(ctx, sid, requestID+":"+resolve.KindHold)
-	return ok
-}
-
 // stopMessages is the stopMessage state of SPEC §7 over the store.
 type stopMessages struct{ store *storage.Store }
 

@@ -32,26 +32,50 @@ var ErrNoRequestID = errors.New("clock: request id required")
 // ReservationTTL. Reserving again for the same request is idempotent. No
 // session means nothing to inject.
 func (e *Engine) Reserve(ctx context.Context, sessionID, requestID string, now time.Time) ([]Reminder, error) {
+	out, _, err := e.ReserveAndPending(ctx, sessionID, requestID, now)
+	return out, err
+}
+
+// ReserveAndPending is Reserve that also reports, from the same read,
+// whether another task could still reach a followup of this request:
+// undelivered, unexpired, not blocked for the chain, not reserved
+// elsewhere and not just reserved by this request. Prepare answers it as
+// PrepareResponse.MayContinue without listing the session's tasks twice.
+func (e *Engine) ReserveAndPending(ctx context.Context, sessionID, requestID string, now time.Time) ([]Reminder, bool, error) {
 	if sessionID == "" {
-		return nil, nil
+		return nil, false, nil
 	}
 	if requestID == "" {
-		return nil, ErrNoRequestID
+		return nil, false, ErrNoRequestID
 	}
 	// Read first, outside the lock: most requests have nothing due and must
 	// neither write nor wait behind another request's synchronous write.
 	// The transaction below re-checks under the lock.
 	tasks, err := e.store.ListTasks(sessionID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	pending := slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.pendingForChain(t, requestID, now) })
 	if !slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.injectable(t, requestID, now) }) {
-		return nil, nil
+		return nil, pending, nil
 	}
+	out, err := e.reserve(sessionID, requestID, now)
+	return out, pending, err
+}
+
+// pendingForChain: t may still be delivered to a followup of requestID.
+func (e *Engine) pendingForChain(t storage.ClockTask, requestID string, now time.Time) bool {
+	return t.DeliveredAt == 0 && !e.isExpired(t, now) && !blockedFor(t, requestID+":") &&
+		!e.reservedByOther(t, requestID, now) && !e.injectable(t, requestID, now)
+}
+
+// reserve marks the tasks due for requestID as reserved by it, re-checking
+// under the lock.
+func (e *Engine) reserve(sessionID, requestID string, now time.Time) ([]Reminder, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Reminder
-	err = e.store.Update(func(tx *storage.Tx) error {
+	err := e.store.Update(func(tx *storage.Tx) error {
 		out = nil
 		tasks, err := tx.Tasks(sessionID)
 		if err != nil {
