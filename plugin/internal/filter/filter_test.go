@@ -723,3 +723,35 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// TestOutcomeHoldsResponseHeadersUntilAcknowledged: a response that carried
+// reminders reaches the client only once the host recorded the outcome, so
+// the client's next request cannot race a rollback (SPEC §6). A response
+// without reminders is never held.
+func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
+	for _, reserved := range []bool{true, false} {
+		e := newEnv(t, `{"token":"tok"}`)
+		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`)
+		e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: reserved})
+		e.forwarded(id)
+		act := e.h.CallOnResponseHeaders(id, [][2]string{{":status", "500"}}, false)
+		if !reserved {
+			if act != proxywasm.ActionContinue {
+				t.Fatalf("unreserved response held: %v", act)
+			}
+			continue
+		}
+		if act != proxywasm.ActionPause {
+			t.Fatalf("reserved response not held for the outcome: %v", act)
+		}
+		if e.h.ResumedResponse(id) != 0 {
+			t.Fatal("resumed before the host answered")
+		}
+		calls := e.h.GetHttpCalls()
+		last := calls[len(calls)-1]
+		e.h.CallOnHttpCallResponse(last.ID, [][2]string{{":status", "204"}}, nil, nil)
+		if e.h.ResumedResponse(id) != 1 {
+			t.Fatalf("response resumed %d times after the acknowledgement", e.h.ResumedResponse(id))
+		}
+	}
+}

@@ -10,8 +10,11 @@ import (
 
 // OnHttpResponseHeaders is SPEC §1 request path step 3: the response
 // starts to reach the client, so a reservation is committed on 2xx and
-// rolled back otherwise. The response is never delayed for it. Then the
-// response path (response.go) decides whether to watch the body.
+// rolled back otherwise. Only a response that carried reminders waits for
+// the host's acknowledgement (bounded by prepareTimeoutMs): otherwise the
+// client's next request could reach prepare before the outcome and miss a
+// rolled-back reminder. Then the response path (response.go) decides
+// whether to watch the body.
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.Action {
 	if !h.handled {
 		return proxywasm.ActionContinue
@@ -26,7 +29,15 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 			path = llm.PathCommit
 		}
 		h.outcomeSent = true
-		h.plugin.sendOutcome(path, h.requestID)
+		h.startResponse(ok, endOfStream)
+		if h.plugin.reportOutcome(path, h.requestID, h.plugin.cfg.PrepareTimeoutMs, func() {
+			if !h.streamDone {
+				_ = proxywasm.ResumeHttpResponse()
+			}
+		}) {
+			return proxywasm.ActionPause
+		}
+		return proxywasm.ActionContinue
 	}
 	h.startResponse(ok, endOfStream)
 	return proxywasm.ActionContinue
@@ -44,18 +55,30 @@ func (h *httpContext) OnHttpStreamDone() {
 	h.cancelPendingResolve()
 }
 
-// sendOutcome reports a reservation's outcome (llm.PathCommit or
-// llm.PathRollback), fire and forget: failures are logged and counted.
+// sendOutcome reports a reservation's outcome (llm.PathCommit,
+// llm.PathRollback) or a cancel, fire and forget.
 func (p *pluginContext) sendOutcome(path, requestID string) {
+	p.reportOutcome(path, requestID, backgroundTimeoutMs, nil)
+}
+
+// reportOutcome sends path for requestID; failures are logged and counted.
+// done, if not nil, runs when the host answered or the call failed. It
+// reports whether the call was dispatched (so done will run).
+func (p *pluginContext) reportOutcome(path, requestID string, timeoutMs int64, done func()) bool {
 	body, _ := json.Marshal(llm.OutcomeRequest{RequestID: requestID})
-	err := p.callHost(path, body, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
+	err := p.callHost(path, body, timeoutMs, func(numHeaders, bodySize, _ int) {
 		if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
 			p.hostFailures.inc()
 			proxywasm.LogWarnf("chime: request %s: %s failed: %s", requestID, path, failure)
+		}
+		if done != nil {
+			done()
 		}
 	})
 	if err != nil {
 		p.hostFailures.inc()
 		proxywasm.LogWarnf("chime: request %s: cannot send %s: %v", requestID, path, err)
+		return false
 	}
+	return true
 }
