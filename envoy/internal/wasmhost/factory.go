@@ -147,10 +147,10 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 		profile: profile,
 		logger:  logger,
 		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
-		// The capacity is reserved up front (virtual memory, committed as
-		// touched), as V8 does: otherwise every memory.grow copies the whole
-		// linear memory, which showed as 30 ms stalls on 1 MB bodies.
-		rtCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(16384).WithMemoryCapacityFromMax(true),
+		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
+		// memory.grow copies the whole linear memory, which showed as 30 ms
+		// stalls on 1 MB bodies.
+		rtCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(16384),
 	}
 	keys := make([]string, 0, len(cfg.EnvVars))
 	for k := range cfg.EnvVars {

@@ -87,7 +87,7 @@ func (f *Factory) newVM(worker int) (*vmInstance, error) {
 		vm.rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: compile: %w", err)
 	}
-	mod, err := vm.rt.InstantiateModule(ctx, cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := vm.rt.InstantiateModule(withGuestMemory(ctx), cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		vm.rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: instantiate: %w", err)
