@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/chimehq/chime/llm/internal/reqscan"
 )
@@ -31,7 +32,7 @@ func (t ToolSpec) render(p Protocol) ([]byte, error) {
 	params := []byte(t.Parameters)
 	if len(params) == 0 {
 		params = emptySchema
-	} else if !reqscan.Valid(params) || params[reqscan.SkipSpace(params, 0)] != '{' {
+	} else if !validSchema(params) {
 		return nil, fmt.Errorf("%w: %s parameters are not a JSON object", ErrToolSpec, t.Name)
 	}
 	strict := "false"
@@ -68,6 +69,24 @@ func (t ToolSpec) render(p Protocol) ([]byte, error) {
 		return nil, fmt.Errorf("%w: unsupported protocol %v", ErrBodyShape, p)
 	}
 	return b, nil
+}
+
+// lastValidSchema remembers the last schema found valid: the filter
+// injects the same few schemas into every request, and validating a
+// schema of several KB costs more than the rest of the injection.
+var lastValidSchema atomic.Pointer[string]
+
+// validSchema reports whether params is a JSON object.
+func validSchema(params []byte) bool {
+	if p := lastValidSchema.Load(); p != nil && *p == string(params) {
+		return true
+	}
+	if !reqscan.Valid(params) || params[reqscan.SkipSpace(params, 0)] != '{' {
+		return false
+	}
+	s := string(params)
+	lastValidSchema.Store(&s)
+	return true
 }
 
 func validToolName(s string) bool {

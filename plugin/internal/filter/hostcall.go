@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
@@ -60,7 +61,13 @@ func readAnswer(numHeaders, bodySize int, v any) (failure string) {
 	if v == nil {
 		return ""
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	var err error
+	if ans, ok := v.(*llm.PrepareResponse); ok {
+		err = decodePrepareAnswer(body, ans) // once per request: the fast path
+	} else {
+		err = json.Unmarshal(body, v)
+	}
+	if err != nil {
 		return "unreadable answer: " + err.Error()
 	}
 	return ""

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/json"
 	"strconv"
 
 	"github.com/chimehq/chime/llm"
@@ -65,7 +64,7 @@ func (p *pluginContext) sendOutcome(path, requestID string) {
 // done, if not nil, runs when the host answered or the call failed. It
 // reports whether the call was dispatched (so done will run).
 func (p *pluginContext) reportOutcome(path, requestID string, timeoutMs int64, done func()) bool {
-	body, _ := json.Marshal(llm.OutcomeRequest{RequestID: requestID})
+	body := encodeOutcome(requestID)
 	err := p.callHost(path, body, timeoutMs, func(numHeaders, bodySize, _ int) {
 		if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
 			p.hostFailures.inc()

@@ -1,22 +1,22 @@
 package filter
 
 import (
-	"encoding/json"
-
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
 // serverTools maps the tool names a prepare answer may list to the specs
-// the filter injects (the filter owns the schemas, llm/hostapi.go).
-var serverTools = map[string]func() llm.ToolSpec{
-	llm.ClockToolName: llm.ClockToolSpec,
+// the filter injects (the filter owns the schemas, llm/hostapi.go). Built
+// once: a spec carries its schema as a few KB of bytes, which InjectTools
+// only reads.
+var serverTools = map[string]llm.ToolSpec{
+	llm.ClockToolName: llm.ClockToolSpec(),
 }
 
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
 func (h *httpContext) prepare(prep llm.PrepareRequest) proxywasm.Action {
-	body, err := json.Marshal(prep)
+	body, err := encodePrepare(prep)
 	if err == nil {
 		err = h.plugin.callHost(llm.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
 	}
@@ -126,14 +126,14 @@ func (h *httpContext) rewrite(ans *llm.PrepareResponse) (remindersDelivered bool
 
 // injectTools adds the schemas of the server tools the host enabled.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
-	var specs []llm.ToolSpec
+	specs := make([]llm.ToolSpec, 0, len(names))
 	for _, name := range names {
 		spec, ok := serverTools[name]
 		if !ok {
 			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
 			continue
 		}
-		specs = append(specs, spec())
+		specs = append(specs, spec)
 	}
 	if len(specs) == 0 {
 		return

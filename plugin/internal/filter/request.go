@@ -35,33 +35,30 @@ type httpContext struct {
 
 	// What the response path needs, captured while it is readable
 	// (request data is gone in response callbacks).
-	path          string            // :path as the client sent it
-	reentry       string            // the listener address, for followups (SPEC §1)
-	clientHeaders map[string]string // headers to repeat on followups
-	sessionID     string
-	streaming     bool   // the client asked for SSE
-	sentBody      []byte // the body as forwarded upstream; nil = not ours to resolve
-	mayContinue   bool   // prepare said a stop/length finish is worth a resolve
+	path           string      // :path as the client sent it
+	reentry        string      // the listener address, for followups (SPEC §1)
+	requestHeaders [][2]string // the client's, for followupHeaders
+	sessionID      string
+	streaming      bool   // the client asked for SSE
+	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
+	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
 
 	resp response
 }
 
 // OnHttpRequestHeaders is SPEC §1 request path step 1.
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Action {
-	method, _ := proxywasm.GetHttpRequestHeader(":method")
-	path, err := proxywasm.GetHttpRequestHeader(":path")
-	if err != nil || method != "POST" {
+	if method, _ := proxywasm.GetHttpRequestHeader(":method"); method != "POST" {
 		return proxywasm.ActionContinue // SPEC §14: unknown path or method passes through
 	}
-	proto := llm.DetectProtocol(path)
-	if proto == llm.Unknown {
-		return proxywasm.ActionContinue
-	}
-	p := h.plugin
-	p.requests.inc()
+	// One read of the whole map (each host call copies into guest memory).
 	headers, err := proxywasm.GetHttpRequestHeaders()
 	if err != nil {
-		proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
+		// Only an LLM request is counted and worth the warning.
+		if path, _ := proxywasm.GetHttpRequestHeader(":path"); llm.DetectProtocol(path) != llm.Unknown {
+			h.plugin.requests.inc()
+			proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
+		}
 		return proxywasm.ActionContinue
 	}
 	get := func(name string) (string, bool) {
@@ -72,6 +69,16 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		}
 		return "", false
 	}
+	path, ok := get(":path")
+	if !ok {
+		return proxywasm.ActionContinue
+	}
+	proto := llm.DetectProtocol(path)
+	if proto == llm.Unknown {
+		return proxywasm.ActionContinue
+	}
+	p := h.plugin
+	p.requests.inc()
 
 	if marker, ok := get(llm.HeaderFollowup); ok {
 		// The marker is ours alone: it never reaches the provider.
@@ -94,7 +101,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 			proxywasm.LogDebugf("chime: remove %s: %v", name, err)
 		}
 	}
-	h.clientHeaders = followupHeaders(headers)
+	h.requestHeaders = headers // followupHeaders runs only if a resolve needs it
 	if addr, err := proxywasm.GetProperty([]string{"destination", "address"}); err == nil {
 		h.reentry = string(addr)
 	} else {

@@ -129,6 +129,11 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	if !ok {
 		return proxywasm.ActionContinue
 	}
+	if !h.mayContinue && !mayNameServerTool(body) {
+		// Nothing to resolve or withhold: the answer passes as is, so
+		// there is no need to parse it.
+		return proxywasm.ActionContinue
+	}
 	turn, err := llm.ParseResponse(h.protocol, body)
 	if err != nil {
 		proxywasm.LogDebugf("chime: request %s: response passes untouched: %v", h.requestID, err)
@@ -142,6 +147,21 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 		h.replaceResponse(out)
 	}
 	return proxywasm.ActionContinue
+}
+
+// mayNameServerTool reports whether a JSON body could hold a call to a
+// server tool: a tool name appears literally, or a \u escape could spell
+// one (no other JSON escape yields a letter).
+func mayNameServerTool(body []byte) bool {
+	if bytes.Contains(body, []byte(`\u`)) {
+		return true
+	}
+	for _, name := range serverToolNames {
+		if bytes.Contains(body, []byte(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // sseBody forwards each complete event at once, except from the first
@@ -262,7 +282,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 		Protocol:    h.protocol.String(),
 		Path:        h.path,
 		Reentry:     h.reentry,
-		Headers:     h.clientHeaders,
+		Headers:     followupHeaders(h.requestHeaders),
 		Request:     json.RawMessage("null"),
 		Turn:        r.orig,
 		ServerTools: serverToolNames,

@@ -56,21 +56,32 @@ func DecodePairs(buf []byte) ([][2]string, error) {
 	}
 	sizes := buf[4:]
 	data := uint64(4 + 8*n)
-	off := data
 	end := uint64(len(buf))
-	out := make([][2]string, n)
+	// Check every size and NUL first, then copy the data once: the keys
+	// and values are substrings of one string (two allocations instead of
+	// one per key and value).
+	off := data
 	for i := uint64(0); i < n; i++ {
 		ks := uint64(binary.LittleEndian.Uint32(sizes[8*i:]))
 		vs := uint64(binary.LittleEndian.Uint32(sizes[8*i+4:]))
 		if off+ks+1 > end || buf[off+ks] != 0 {
 			return nil, ErrMalformedPairs
 		}
-		out[i][0] = string(buf[off : off+ks])
 		off += ks + 1
 		if off+vs+1 > end || buf[off+vs] != 0 {
 			return nil, ErrMalformedPairs
 		}
-		out[i][1] = string(buf[off : off+vs])
+		off += vs + 1
+	}
+	text := string(buf[data:off])
+	out := make([][2]string, n)
+	off = 0
+	for i := uint64(0); i < n; i++ {
+		ks := uint64(binary.LittleEndian.Uint32(sizes[8*i:]))
+		vs := uint64(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		out[i][0] = text[off : off+ks]
+		off += ks + 1
+		out[i][1] = text[off : off+vs]
 		off += vs + 1
 	}
 	return out, nil
