@@ -10,7 +10,6 @@ package reqscan
 
 import (
 	"bytes"
-	"encoding/binary"
 )
 
 // MaxDepth is the deepest nesting Valid accepts, matching encoding/json.
@@ -222,7 +221,7 @@ const (
 // backslash or a control character (SWAR; wasm has no SIMD IndexByte).
 func plainRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
+		x := load64(b, i)
 		q := x ^ (lsb * '"')
 		bs := x ^ (lsb * '\\')
 		if ((q-lsb)&^q|(bs-lsb)&^bs|(x-lsb*0x20)&^x)&msb != 0 {
@@ -235,7 +234,7 @@ func plainRun(b []byte, i int) int {
 // quoteRun skips 8 bytes at a time while none of them is a quote.
 func quoteRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:]) ^ (lsb * '"')
+		x := load64(b, i) ^ (lsb * '"')
 		if (x-lsb)&^x&msb != 0 {
 			break
 		}
