@@ -185,28 +185,42 @@ func (s *stream) DecodeHeaders(h *httpfilter.Headers, endStream bool) httpfilter
 	if s.completed {
 		return httpfilter.HeadersContinue
 	}
-	if failed, open := s.checkFail(); failed {
-		if open {
-			return httpfilter.HeadersContinue
-		}
-		return httpfilter.HeadersStopAll
+	if st, failed := s.headersFailStatus(); failed {
+		return st
 	}
 	s.create()
-	s.reqHeaders = h
-	v, stop, present := s.invoke(s.vm.fnReqHeaders, uint64(s.id), uint64(len(*h)), b2u(endStream))
-	if failed, open := s.checkFail(); failed {
-		if open {
-			return httpfilter.HeadersContinue
-		}
-		return httpfilter.HeadersStopAll
+	return s.headersCallback(s.vm.fnReqHeaders, &s.reqHeaders, h, endStream)
+}
+
+// headersFailStatus maps a failed stream to its headers result: pass
+// through when fail_open, else stop (the 503 is on its way).
+func (s *stream) headersFailStatus() (httpfilter.HeadersStatus, bool) {
+	failed, open := s.checkFail()
+	switch {
+	case !failed:
+		return httpfilter.HeadersContinue, false
+	case open:
+		return httpfilter.HeadersContinue, true
+	}
+	return httpfilter.HeadersStopAll, true
+}
+
+// headersCallback runs a request or response headers callback. The map in
+// *slot stays reachable to hostcalls only while iteration is stopped on it,
+// as in Envoy.
+func (s *stream) headersCallback(fn api.Function, slot **httpfilter.Headers, h *httpfilter.Headers, endStream bool) httpfilter.HeadersStatus {
+	*slot = h
+	v, stop, present := s.invoke(fn, uint64(s.id), uint64(len(*h)), b2u(endStream))
+	if st, failed := s.headersFailStatus(); failed {
+		return st
 	}
 	if !present {
-		s.reqHeaders = nil
+		*slot = nil
 		return httpfilter.HeadersContinue
 	}
 	st := headersStatus(v, stop)
 	if st == httpfilter.HeadersContinue {
-		s.reqHeaders = nil
+		*slot = nil
 	}
 	return st
 }
@@ -312,29 +326,10 @@ func (s *stream) EncodeHeaders(h *httpfilter.Headers, endStream bool) httpfilter
 	if s.completed || !s.created || s.failedReplySent {
 		return httpfilter.HeadersContinue
 	}
-	if failed, open := s.checkFail(); failed {
-		if open {
-			return httpfilter.HeadersContinue
-		}
-		return httpfilter.HeadersStopAll
+	if st, failed := s.headersFailStatus(); failed {
+		return st
 	}
-	s.respHeaders = h
-	v, stop, present := s.invoke(s.vm.fnRespHeaders, uint64(s.id), uint64(len(*h)), b2u(endStream))
-	if failed, open := s.checkFail(); failed {
-		if open {
-			return httpfilter.HeadersContinue
-		}
-		return httpfilter.HeadersStopAll
-	}
-	if !present {
-		s.respHeaders = nil
-		return httpfilter.HeadersContinue
-	}
-	st := headersStatus(v, stop)
-	if st == httpfilter.HeadersContinue {
-		s.respHeaders = nil
-	}
-	return st
+	return s.headersCallback(s.vm.fnRespHeaders, &s.respHeaders, h, endStream)
 }
 
 // OnStreamComplete runs proxy_on_log (the access-log phase: request and
