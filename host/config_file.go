@@ -108,7 +108,7 @@ func ParseConfigFile(data []byte, name string) (Config, error) {
 		}
 	}
 	if len(errs) == 0 {
-		var c checker
+		c := checker{lines: idx.lines}
 		for _, s := range file.sections() {
 			s.check(&c)
 		}
@@ -288,13 +288,24 @@ func (crossChecks) apply(*Config) {}
 func (x crossChecks) check(c *checker) {
 	// Every hold runs inside its chain, so the chain guard would cut a
 	// longer hold short: that part of holds.max could never apply.
-	if h, g := x.f.Holds.Max, x.f.Guards.MaxChainDuration; h > 0 && g > 0 && h > g {
+	h, g := x.f.Holds.Max, x.f.Guards.MaxChainDuration
+	switch {
+	case h <= 0 || g <= 0 || h <= g:
+	case c.set("holds.max"):
 		c.bad("holds.max", fmt.Sprintf("%s is longer than guards.maxChainDuration %s, which bounds every hold", h, g))
+	default: // the file lowered the guard below the default hold
+		c.bad("guards.maxChainDuration", fmt.Sprintf("%s is shorter than holds.max %s; every hold runs inside its chain", g, h))
 	}
 }
 
 // checker collects the problems of a decoded file.
-type checker struct{ problems []problem }
+type checker struct {
+	problems []problem
+	lines    map[string]int // the paths the file sets
+}
+
+// set tells whether the file sets path (rather than the default).
+func (c *checker) set(path string) bool { return c.lines[path] > 0 }
 
 type problem struct{ path, msg string }
 

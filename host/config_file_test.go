@@ -128,6 +128,7 @@ func TestConfigFileErrorsNameFieldAndLine(t *testing.T) {
 		"reentry: 127.0.0.1:0\n":                 {"bad.yaml:1: reentry: \"127.0.0.1:0\": bad port"},
 		"dataDir: \"\"\n":                        {"bad.yaml:1: dataDir: must not be empty"},
 		"holds: {max: 20m}\n":                    {"bad.yaml:1: holds.max: 20m0s is longer than guards.maxChainDuration 15m0s"},
+		"guards: {maxChainDuration: 30s}\n":      {"bad.yaml:1: guards.maxChainDuration: 30s is shorter than holds.max 1m0s"},
 		"holds: 5\n":                             {"bad.yaml:1: holds: \"5\" is not a mapping"},
 		"- a\n":                                  {"bad.yaml:1: a list is not a mapping of fields"},
 		"holds: {max: 1m}\nholds: {max: 2m}\n":   {"bad.yaml:2: holds: mapping key \"holds\" already defined at line 1"},
