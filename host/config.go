@@ -30,8 +30,9 @@ const (
 	DefaultReentry = "127.0.0.1:10000"
 )
 
-// Config configures a Service. ConfigFromEnv gives the production
-// defaults; in a Config built by hand, zero fields take the defaults below
+// Config configures a Service. DefaultConfig gives the production
+// defaults and LoadConfig layers the config file and the environment on
+// them (SPEC §12); in a Config built by hand, zero fields take the defaults below
 // and a zero NTP field means NTP disabled.
 type Config struct {
 	// Addr is the HTTP listen address (SPEC §12), default DefaultAddr.
@@ -47,9 +48,9 @@ type Config struct {
 	// (defaults 60 s and 20 min).
 	DueWindow time.Duration
 	Retention time.Duration
-	// HoldMax is holdMaxMs of SPEC §8 (default 60 s), for the response path.
+	// HoldMax is holds.max of SPEC §8 (default 60 s), for the response path.
 	HoldMax time.Duration
-	// DisableHoldNonStreaming is holdNonStreaming=false of SPEC §8: holds
+	// DisableHoldNonStreaming is holds.nonStreaming=false of SPEC §8: holds
 	// only for streaming (SSE) clients. By default JSON clients are held too.
 	DisableHoldNonStreaming bool
 	// MaxHops and MaxChainDuration are the loop guards of SPEC §7
@@ -75,18 +76,13 @@ type Config struct {
 	WallClock func() time.Time
 }
 
-// ConfigFromEnv reads CHIME_DATA_DIR, CHIME_HOST_TOKEN and the CHIME_NTP*
-// variables (SPEC §12) on top of the defaults. A bad value is an error
-// naming the variable.
-func ConfigFromEnv() (Config, error) {
-	nc, err := ntp.ConfigFromEnv()
-	if err != nil {
-		return Config{}, err
-	}
-	cfg := Config{
+// DefaultConfig is the production configuration before the config file
+// and the environment are applied (SPEC §6–§8, §11, §12).
+func DefaultConfig() Config {
+	return Config{
 		Addr:      DefaultAddr,
 		DataDir:   DefaultDataDir,
-		NTP:       nc,
+		NTP:       ntp.DefaultConfig(),
 		DueWindow: clock.DefaultDueWindow,
 		Retention: clock.DefaultRetention,
 		HoldMax:   DefaultHoldMax,
@@ -97,6 +93,21 @@ func ConfigFromEnv() (Config, error) {
 		FollowupTimeout:  DefaultFollowupTimeout,
 		Reentry:          DefaultReentry,
 	}
+}
+
+// ConfigFromEnv reads CHIME_DATA_DIR, CHIME_HOST_TOKEN and the CHIME_NTP*
+// variables (SPEC §12) on top of the defaults. A bad value is an error
+// naming the variable.
+func ConfigFromEnv() (Config, error) { return applyEnv(DefaultConfig()) }
+
+// applyEnv overrides cfg with the variables that are set: the environment
+// wins over the config file (SPEC §12).
+func applyEnv(cfg Config) (Config, error) {
+	nc, err := ntp.ApplyEnv(cfg.NTP)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.NTP = nc
 	if v, ok := os.LookupEnv("CHIME_DATA_DIR"); ok && strings.TrimSpace(v) != "" {
 		cfg.DataDir = strings.TrimSpace(v)
 	}
@@ -107,6 +118,28 @@ func ConfigFromEnv() (Config, error) {
 		cfg.Token = v
 	}
 	return cfg, nil
+}
+
+// FilterResolveTimeout is the filter's default resolveTimeoutMs (plugin
+// configuration, SPEC §12): how long it waits for a resolve answer. The
+// host answers within MaxChainDuration, holds included, so a chain guard
+// longer than FilterResolveTimeout-FilterResolveSlack needs resolveTimeoutMs
+// raised in envoy.yaml.
+const (
+	FilterResolveTimeout = 17 * time.Minute
+	FilterResolveSlack   = time.Minute
+)
+
+// Warnings names valid settings that need a matching change elsewhere; the
+// CLI logs them at start and `chime config check` prints them.
+func (c Config) Warnings() []string {
+	var w []string
+	if c.MaxChainDuration+FilterResolveSlack > FilterResolveTimeout {
+		w = append(w, fmt.Sprintf("guards.maxChainDuration %s: the filter's default resolve timeout (%s) is shorter than a chain may take; "+
+			"set resolveTimeoutMs to at least %d in the plugin configuration of envoy.yaml",
+			c.MaxChainDuration, FilterResolveTimeout, (c.MaxChainDuration+FilterResolveSlack).Milliseconds()))
+	}
+	return w
 }
 
 // withDefaults fills the zero fields.

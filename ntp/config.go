@@ -46,10 +46,17 @@ func DefaultConfig() Config {
 
 // ConfigFromEnv reads CHIME_NTP, CHIME_NTP_SERVERS and CHIME_NTP_STALE_AFTER
 // (SPEC §12) on top of DefaultConfig. A bad value is an error naming it.
-func ConfigFromEnv() (Config, error) { return configFromLookup(os.LookupEnv) }
+func ConfigFromEnv() (Config, error) { return ApplyEnv(DefaultConfig()) }
+
+// ApplyEnv overrides cfg with the CHIME_NTP* variables that are set, so
+// that they win over the host config file (SPEC §12).
+func ApplyEnv(cfg Config) (Config, error) { return applyLookup(cfg, os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {
-	cfg := DefaultConfig()
+	return applyLookup(DefaultConfig(), lookup)
+}
+
+func applyLookup(cfg Config, lookup func(string) (string, bool)) (Config, error) {
 	if v, ok := lookup("CHIME_NTP"); ok {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "", "1", "true", "on", "yes":

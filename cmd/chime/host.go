@@ -8,9 +8,10 @@ import (
 	"github.com/chimehq/chime/host"
 )
 
-// hostFlags override host.ConfigFromEnv (SPEC §12: CHIME_DATA_DIR,
-// CHIME_HOST_TOKEN, CHIME_NTP*).
+// hostFlags pick the host config file and override it and the environment
+// (SPEC §12: defaults < file < env < flags).
 type hostFlags struct {
+	config  string
 	addr    string
 	dataDir string
 }
@@ -18,20 +19,36 @@ type hostFlags struct {
 // register adds the flags; addrFlag is "addr" for `chime host` and
 // "host-addr" for `chime up`, where other services have addresses too.
 func (f *hostFlags) register(cmd *cobra.Command, addrFlag string) {
-	cmd.Flags().StringVar(&f.addr, addrFlag, host.DefaultAddr, "host service listen address")
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory (default $CHIME_DATA_DIR or ./data)")
+	cmd.Flags().StringVar(&f.config, "config", "", "host config file (default $"+host.ConfigEnv+"; see chime.example.yaml)")
+	cmd.Flags().StringVar(&f.addr, addrFlag, "", "host service listen address (default: listen in the config file, or "+host.DefaultAddr+")")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory (default $CHIME_DATA_DIR, dataDir in the config file, or ./data)")
 }
 
-func (f *hostFlags) service() (*host.Service, host.Config, error) {
-	cfg, err := host.ConfigFromEnv()
+// hostConfig layers the flags over host.LoadConfig.
+func (f *hostFlags) hostConfig() (host.Config, error) {
+	cfg, err := host.LoadConfig(f.config)
 	if err != nil {
-		return nil, cfg, err
+		return cfg, err
 	}
-	cfg.Addr = f.addr
+	if f.addr != "" {
+		cfg.Addr = f.addr
+	}
 	if f.dataDir != "" {
 		cfg.DataDir = f.dataDir
 	}
-	svc, err := host.New(cfg, newLogger())
+	return cfg, nil
+}
+
+func (f *hostFlags) service() (*host.Service, host.Config, error) {
+	cfg, err := f.hostConfig()
+	if err != nil {
+		return nil, cfg, err
+	}
+	logger := newLogger()
+	for _, w := range cfg.Warnings() {
+		logger.Warn("host config: " + w)
+	}
+	svc, err := host.New(cfg, logger)
 	return svc, cfg, err
 }
 

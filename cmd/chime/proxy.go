@@ -22,8 +22,11 @@ type proxyFlags struct {
 	upstream    string // set by `chime up --upstream`
 }
 
-func (f *proxyFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&f.config, "config", "c", "envoy.yaml", "Envoy bootstrap config (the same file Envoy runs)")
+// register adds the flags; configFlag is "config" for `chime proxy` (like
+// `envoy -c`) and "envoy-config" for `chime up`, where --config is the host
+// config file. Both take -c.
+func (f *proxyFlags) register(cmd *cobra.Command, configFlag string) {
+	cmd.Flags().StringVarP(&f.config, configFlag, "c", "envoy.yaml", "Envoy bootstrap config (the same file Envoy runs)")
 	cmd.Flags().StringVar(&f.wasiProfile, "wasi-profile", "envoy-1.38", "WASI profile: envoy-1.38 (poll_oneoff answers ENOSYS) or envoy-latest")
 	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "on-disk wasm compilation cache (empty disables)")
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", runtime.GOMAXPROCS(0), "worker count; one wasm VM per worker, like Envoy's --concurrency")
@@ -65,6 +68,6 @@ func newProxyCommand() *cobra.Command {
 			return nil
 		},
 	}
-	flags.register(cmd)
+	flags.register(cmd, "config")
 	return cmd
 }

@@ -24,7 +24,8 @@ func newUpCommand() *cobra.Command {
 		Short: "Run the demo stack: host service, local proxy and (unless --upstream) the mock provider",
 		Long: "Runs the host service, the local proxy with envoy.yaml and the mock provider in one process.\n" +
 			"With --upstream URL (or CHIME_UPSTREAM) the mock is not started and envoy.yaml's cluster \"llm\"\n" +
-			"points at URL instead (https uses TLS with the system roots).",
+			"points at URL instead (https uses TLS with the system roots).\n" +
+			"-c/--envoy-config names the Envoy bootstrap; --config names the host config file (see chime.example.yaml).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithCancel(cmd.Context())
@@ -80,7 +81,7 @@ func newUpCommand() *cobra.Command {
 			}
 		},
 	}
-	proxy.register(cmd)
+	proxy.register(cmd, "envoy-config")
 	hostF.register(cmd, "host-addr")
 	cmd.Flags().StringVar(&mockAddr, "mock-addr", defaultMockAddr, "mock provider listen address")
 	cmd.Flags().StringVar(&upstream, "upstream", "", "provider URL for cluster llm instead of the mock (default $CHIME_UPSTREAM)")

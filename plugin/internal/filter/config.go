@@ -25,26 +25,38 @@ type Config struct {
 	TimeTag bool `json:"timeTag"`
 	// DefaultTimezone is the time tag's zone when the request has no valid
 	// x-chime-timezone header (SPEC §5). It must be an IANA zone.
-	DefaultTimezone  string `json:"defaultTimezone"`
-	DueWindowMs      int64  `json:"dueWindowMs"`
-	RetentionMs      int64  `json:"retentionMs"`
-	HoldMaxMs        int64  `json:"holdMaxMs"`
-	HoldNonStreaming bool   `json:"holdNonStreaming"`
+	DefaultTimezone string `json:"defaultTimezone"`
 	// FailOpen forwards requests when the host fails (SPEC §1). When false,
 	// a host failure answers the request with 503.
 	FailOpen bool `json:"failOpen"`
 	// PrepareTimeoutMs bounds the prepare call (SPEC §14: 200 ms).
 	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
 	// ResolveTimeoutMs bounds the resolve call of the response path. The
-	// host answers only when the whole chain is done: a hold (up to
-	// holdMaxMs, SPEC §8) plus followups (up to 15 min, SPEC §7). Absent
-	// or 0, it is holdMaxMs + 16 min.
+	// host answers when the whole chain is done, and it bounds every chain,
+	// holds included, by its guards.maxChainDuration (SPEC §7, default
+	// 15 min). Absent or 0, it is DefaultResolveTimeoutMs; a host whose
+	// chain guard is above 16 min needs it raised (the host warns at start).
 	ResolveTimeoutMs int64 `json:"resolveTimeoutMs"`
 }
 
-// resolveGuardMs is what the default resolve timeout adds to holdMaxMs:
-// the §7 followup wall-time guard (15 min) plus a minute of slack.
-const resolveGuardMs = 16 * 60 * 1000
+// DefaultResolveTimeoutMs is a default hold (60 s) plus the §7 chain guard
+// (15 min) plus a minute of slack: 17 min. It is a constant, not learnt
+// from the host: the host bounds every chain, holds included, by its
+// guards.maxChainDuration, so only that setting can outlast the timeout,
+// and the host warns at start when it does. Learning it would need a new
+// host API field and a fallback for a resolve before any answer anyway.
+// host.FilterResolveTimeout mirrors it.
+const DefaultResolveTimeoutMs = (60 + 16*60) * 1000
+
+// hostSettings are plugin fields that moved to the host config file
+// (SPEC §12): set here they do nothing, so they get a warning naming
+// where they live now.
+var hostSettings = map[string]string{
+	"dueWindowMs":      "clock.dueWindow",
+	"retentionMs":      "clock.retention",
+	"holdMaxMs":        "holds.max",
+	"holdNonStreaming": "holds.nonStreaming",
+}
 
 // DefaultConfig returns the configuration used for absent fields.
 func DefaultConfig() Config {
@@ -53,13 +65,9 @@ func DefaultConfig() Config {
 		HostAuthority:    "chime-host",
 		TimeTag:          true,
 		DefaultTimezone:  "UTC",
-		DueWindowMs:      60_000,
-		RetentionMs:      1_200_000,
-		HoldMaxMs:        60_000,
-		HoldNonStreaming: true,
 		FailOpen:         true,
 		PrepareTimeoutMs: 200,
-		ResolveTimeoutMs: 60_000 + resolveGuardMs,
+		ResolveTimeoutMs: DefaultResolveTimeoutMs,
 	}
 }
 
@@ -84,14 +92,16 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return Config{}, nil, fmt.Errorf("plugin configuration: %w", err)
 	}
-	if _, set := fields["resolveTimeoutMs"]; !set || cfg.ResolveTimeoutMs == 0 {
-		// Derived, so that raising holdMaxMs alone keeps holds answerable.
-		cfg.ResolveTimeoutMs = min(cfg.HoldMaxMs+resolveGuardMs, maxTimeoutMs)
+	if cfg.ResolveTimeoutMs == 0 {
+		cfg.ResolveTimeoutMs = DefaultResolveTimeoutMs
 	}
 	var warnings []string
 	known := knownFields()
 	for name := range fields {
-		if !slices.Contains(known, name) {
+		switch where, moved := hostSettings[name]; {
+		case moved:
+			warnings = append(warnings, fmt.Sprintf("plugin configuration: %q is a host setting now (%s in the host config file); ignored here", name, where))
+		case !slices.Contains(known, name):
 			warnings = append(warnings, fmt.Sprintf("plugin configuration: unknown field %q ignored", name))
 		}
 	}
@@ -103,8 +113,8 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 }
 
 func knownFields() []string {
-	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone", "dueWindowMs",
-		"retentionMs", "holdMaxMs", "holdNonStreaming", "failOpen", "prepareTimeoutMs", "resolveTimeoutMs"}
+	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
+		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs"}
 }
 
 func (c Config) validate() error {
@@ -125,9 +135,6 @@ func (c Config) validate() error {
 		name  string
 		v, lo int64
 	}{
-		{"dueWindowMs", c.DueWindowMs, 0},
-		{"retentionMs", c.RetentionMs, 1},
-		{"holdMaxMs", c.HoldMaxMs, 0},
 		{"prepareTimeoutMs", c.PrepareTimeoutMs, 1},
 		{"resolveTimeoutMs", c.ResolveTimeoutMs, 1},
 	} {

@@ -2,8 +2,12 @@ package filter
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/chimehq/chime/plugin/proxywasm"
+	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
 )
 
 func TestParseConfigDefaults(t *testing.T) {
@@ -15,8 +19,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	d := DefaultConfig()
 	if d.HostCluster != "chime_host" || d.HostAuthority != "chime-host" || d.Token != "" || !d.TimeTag ||
-		d.DefaultTimezone != "UTC" || d.DueWindowMs != 60000 || d.RetentionMs != 1200000 || d.HoldMaxMs != 60000 ||
-		!d.HoldNonStreaming || !d.FailOpen || d.PrepareTimeoutMs != 200 || d.ResolveTimeoutMs != 60000+16*60000 {
+		d.DefaultTimezone != "UTC" || !d.FailOpen || d.PrepareTimeoutMs != 200 || d.ResolveTimeoutMs != 17*60000 {
 		t.Fatalf("defaults differ from SPEC §12 brief: %+v", d)
 	}
 }
@@ -38,14 +41,14 @@ func TestParseConfigOverrides(t *testing.T) {
 	}
 }
 
-// TestResolveTimeoutFollowsHoldMax: the resolve call must outlive a hold
-// plus the followup guard, so by default it grows with holdMaxMs.
-func TestResolveTimeoutFollowsHoldMax(t *testing.T) {
+// TestResolveTimeoutDefault: the resolve timeout outlasts a default hold
+// plus the host's default chain guard, whatever else is set.
+func TestResolveTimeoutDefault(t *testing.T) {
 	for raw, want := range map[string]int64{
-		`{"holdMaxMs":300000}`:                         300000 + 16*60000,
-		`{"holdMaxMs":300000,"resolveTimeoutMs":5000}`: 5000,
-		`{"resolveTimeoutMs":0}`:                       60000 + 16*60000,
-		`{"holdMaxMs":86400000}`:                       86400000, // capped at a day
+		`{}`:                        17 * 60000,
+		`{"resolveTimeoutMs":0}`:    17 * 60000,
+		`{"resolveTimeoutMs":5000}`: 5000,
+		`{"holdMaxMs":300000}`:      17 * 60000, // a host setting now: no effect
 	} {
 		cfg, _, err := ParseConfig([]byte(raw))
 		if err != nil || cfg.ResolveTimeoutMs != want {
@@ -54,22 +57,44 @@ func TestResolveTimeoutFollowsHoldMax(t *testing.T) {
 	}
 }
 
+// TestHostSettingsWarn: the settings that moved to the host config file
+// are accepted with a warning that says where they live now, and change
+// nothing.
+func TestHostSettingsWarn(t *testing.T) {
+	cfg, warnings, err := ParseConfig([]byte(`{"token":"t","dueWindowMs":300000,"retentionMs":-1,"holdMaxMs":"2m","holdNonStreaming":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Token = "t"
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("cfg = %+v, want %+v", cfg, want)
+	}
+	wantWarnings := []string{
+		`plugin configuration: "dueWindowMs" is a host setting now (clock.dueWindow in the host config file); ignored here`,
+		`plugin configuration: "holdMaxMs" is a host setting now (holds.max in the host config file); ignored here`,
+		`plugin configuration: "holdNonStreaming" is a host setting now (holds.nonStreaming in the host config file); ignored here`,
+		`plugin configuration: "retentionMs" is a host setting now (clock.retention in the host config file); ignored here`,
+	}
+	if !reflect.DeepEqual(warnings, wantWarnings) {
+		t.Fatalf("warnings:\n%s", strings.Join(warnings, "\n"))
+	}
+}
+
 func TestParseConfigRejects(t *testing.T) {
 	cases := map[string]string{
-		`{`:                          "not a JSON object",
-		`[1]`:                        "not a JSON object",
-		`{"dueWindowMs":"60s"}`:      "dueWindowMs",
-		`{"prepareTimeoutMs":0}`:     "prepareTimeoutMs 0 out of range",
-		`{"prepareTimeoutMs":1.5}`:   "prepareTimeoutMs",
-		`{"retentionMs":-1}`:         "retentionMs -1 out of range",
-		`{"holdMaxMs":99999999999}`:  "holdMaxMs",
-		`{"hostCluster":""}`:         "hostCluster must not be empty",
-		`{"hostAuthority":"a b"}`:    "hostAuthority",
-		`{"defaultTimezone":"../x"}`: "defaultTimezone",
-		`{"defaultTimezone":""}`:     "defaultTimezone",
-		`{"token":"a\nb"}`:           "token",
-		`{"failOpen":"yes"}`:         "failOpen",
-		`{"resolveTimeoutMs":-1}`:    "resolveTimeoutMs -1 out of range",
+		`{`:                                "not a JSON object",
+		`[1]`:                              "not a JSON object",
+		`{"prepareTimeoutMs":0}`:           "prepareTimeoutMs 0 out of range",
+		`{"prepareTimeoutMs":1.5}`:         "prepareTimeoutMs",
+		`{"resolveTimeoutMs":99999999999}`: "resolveTimeoutMs 99999999999 out of range",
+		`{"hostCluster":""}`:               "hostCluster must not be empty",
+		`{"hostAuthority":"a b"}`:          "hostAuthority",
+		`{"defaultTimezone":"../x"}`:       "defaultTimezone",
+		`{"defaultTimezone":""}`:           "defaultTimezone",
+		`{"token":"a\nb"}`:                 "token",
+		`{"failOpen":"yes"}`:               "failOpen",
+		`{"resolveTimeoutMs":-1}`:          "resolveTimeoutMs -1 out of range",
 	}
 	for raw, want := range cases {
 		_, _, err := ParseConfig([]byte(raw))
@@ -82,7 +107,7 @@ func TestParseConfigRejects(t *testing.T) {
 func FuzzParseConfig(f *testing.F) {
 	f.Add(`{}`)
 	f.Add(`{"hostCluster":"chime_host","prepareTimeoutMs":200,"defaultTimezone":"Europe/Berlin"}`)
-	f.Add(`{"dueWindowMs":-5}`)
+	f.Add(`{"holdMaxMs":-5,"resolveTimeoutMs":0}`)
 	f.Add(`null`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		cfg, _, err := ParseConfig([]byte(raw))
@@ -94,4 +119,17 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted %q but invalid: %v", raw, verr)
 		}
 	})
+}
+
+// TestHostSettingWarnedAtPluginStart: an envoy.yaml that still sets a moved
+// field starts, with the warning in Envoy's log at warn.
+func TestHostSettingWarnedAtPluginStart(t *testing.T) {
+	h := proxytest.NewHost(proxytest.Options{VMContext: NewVMContext(), PluginConfiguration: []byte(`{"holdMaxMs":120000}`)})
+	if !h.StartPlugin() {
+		t.Fatalf("plugin rejected a moved field: %q", h.GetLogs(proxywasm.LogLevelTrace))
+	}
+	want := `chime: plugin configuration: "holdMaxMs" is a host setting now (holds.max in the host config file); ignored here`
+	if logs := h.GetLogs(proxywasm.LogLevelWarn); !slices.Contains(logs, want) {
+		t.Fatalf("warn logs %q", logs)
+	}
 }

@@ -256,7 +256,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 	for _, p := range protocols {
 		for _, sse := range modes() {
 			t.Run(modeName(p, sse), func(t *testing.T) {
-				e := newRespEnv(t, `{"token":"tok","holdMaxMs":30000}`)
+				e := newRespEnv(t, `{"token":"tok","resolveTimeoutMs":1800000}`)
 				r := e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
 				body := r.upstream(serverTurn)
 				orig := r.upstreamTurn(body)
@@ -268,7 +268,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 				}
 
 				c, req := r.resolveCall()
-				if c.TimeoutMs != 30000+16*60*1000 || c.Upstream != "chime_host" {
+				if c.TimeoutMs != 1800000 || c.Upstream != "chime_host" {
 					t.Fatalf("resolve call to %s, timeout %d", c.Upstream, c.TimeoutMs)
 				}
 				for k, want := range map[string]string{":method": "POST", "authorization": "Bearer tok", "content-type": "application/json"} {
