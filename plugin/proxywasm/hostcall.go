@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
 )
 
-func host() abi.Host { return abi.CurrentHost() }
+func host() bridge.Host { return bridge.CurrentHost() }
 
 // wholeBuffer is the max_size used to read a buffer to its end. The host
 // clamps it; MaxInt32 keeps hosts that add start+size in 32 bits safe.
@@ -28,7 +29,7 @@ func GetPluginConfiguration() ([]byte, error) {
 
 // Header maps.
 
-func getMap(mapType uint32) ([][2]string, error) {
+func getMap(mapType abi.MapType) ([][2]string, error) {
 	buf, st := host().GetHeaderMapPairs(mapType)
 	if err := statusErr(st); err != nil {
 		return nil, err
@@ -40,11 +41,11 @@ func getMap(mapType uint32) ([][2]string, error) {
 	return pairs, nil
 }
 
-func setMap(mapType uint32, pairs [][2]string) error {
+func setMap(mapType abi.MapType, pairs [][2]string) error {
 	return statusErr(host().SetHeaderMapPairs(mapType, abi.EncodePairs(pairs)))
 }
 
-func getMapValue(mapType uint32, key string) (string, error) {
+func getMapValue(mapType abi.MapType, key string) (string, error) {
 	v, st := host().GetHeaderMapValue(mapType, key)
 	if err := statusErr(st); err != nil {
 		return "", err
@@ -177,7 +178,7 @@ func GetHttpCallResponseTrailers() ([][2]string, error) {
 
 // Bodies.
 
-func getBuffer(buffer uint32, start, maxSize int) ([]byte, error) {
+func getBuffer(buffer abi.BufferType, start, maxSize int) ([]byte, error) {
 	if start < 0 || maxSize < 0 {
 		return nil, fmt.Errorf("proxywasm: negative buffer range %d+%d: %w", start, maxSize, ErrBadArgument)
 	}
@@ -194,15 +195,15 @@ func clamp32(n int) uint32 {
 
 // set_buffer_bytes (start, size) conventions: (0, 0) prepends, a start past
 // the end appends, (0, ≥len) replaces everything.
-func appendBuffer(buffer uint32, data []byte) error {
+func appendBuffer(buffer abi.BufferType, data []byte) error {
 	return statusErr(host().SetBufferBytes(buffer, wholeBuffer, 0, data))
 }
 
-func prependBuffer(buffer uint32, data []byte) error {
+func prependBuffer(buffer abi.BufferType, data []byte) error {
 	return statusErr(host().SetBufferBytes(buffer, 0, 0, data))
 }
 
-func replaceBuffer(buffer uint32, data []byte) error {
+func replaceBuffer(buffer abi.BufferType, data []byte) error {
 	return statusErr(host().SetBufferBytes(buffer, 0, wholeBuffer, data))
 }
 

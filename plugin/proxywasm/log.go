@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
-func logAt(level LogLevel, msg string) { host().Log(uint32(level), msg) }
+func logAt(level LogLevel, msg string) { host().Log(abi.LogLevel(level), msg) }
 
 // LogTrace logs msg at trace level through the host (proxy_log).
 func LogTrace(msg string) { logAt(LogLevelTrace, msg) }
@@ -66,7 +66,7 @@ type MetricGauge uint32
 // MetricHistogram records a distribution of values.
 type MetricHistogram uint32
 
-func defineMetric(t uint32, name string) (uint32, error) {
+func defineMetric(t abi.MetricType, name string) (uint32, error) {
 	id, st := host().DefineMetric(t, name)
 	return id, statusErr(st)
 }

@@ -17,7 +17,7 @@ package proxywasm
 import (
 	"fmt"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 // Action is what a stream callback tells the host to do next.
@@ -25,12 +25,12 @@ type Action uint32
 
 const (
 	// ActionContinue lets the host forward the headers, body or trailers.
-	ActionContinue Action = 0
+	ActionContinue = Action(abi.ActionContinue)
 	// ActionPause stops forwarding. From headers it stops the whole stream;
 	// from a body callback it makes the host buffer the body, so the next
 	// body callback sees everything received so far. Resume with
 	// ResumeHttpRequest / ResumeHttpResponse.
-	ActionPause Action = 1
+	ActionPause = Action(abi.ActionPause)
 )
 
 func (a Action) String() string {
@@ -85,7 +85,7 @@ func (s Status) Error() string {
 }
 
 // statusErr maps a raw proxy_status_t to nil or a Status error.
-func statusErr(s uint32) error {
+func statusErr(s abi.Status) error {
 	if s == abi.StatusOK {
 		return nil
 	}
@@ -97,12 +97,12 @@ type LogLevel uint32
 
 // Log levels, lowest first.
 const (
-	LogLevelTrace    LogLevel = 0
-	LogLevelDebug    LogLevel = 1
-	LogLevelInfo     LogLevel = 2
-	LogLevelWarn     LogLevel = 3
-	LogLevelError    LogLevel = 4
-	LogLevelCritical LogLevel = 5
+	LogLevelTrace    = LogLevel(abi.LogLevelTrace)
+	LogLevelDebug    = LogLevel(abi.LogLevelDebug)
+	LogLevelInfo     = LogLevel(abi.LogLevelInfo)
+	LogLevelWarn     = LogLevel(abi.LogLevelWarn)
+	LogLevelError    = LogLevel(abi.LogLevelError)
+	LogLevelCritical = LogLevel(abi.LogLevelCritical)
 )
 
 func (l LogLevel) String() string {

@@ -32,7 +32,7 @@ func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	if err := wasmcheck.CheckImports(imports); err != nil {
 		t.Fatal(err)
 	}
-	// One import per abi.Host method (chime binds neither gRPC nor
+	// One import per bridge.Host method (chime binds neither gRPC nor
 	// get_status, get_header_map_size or get_current_time_nanoseconds).
 	var env []string
 	for _, im := range imports {
@@ -43,6 +43,6 @@ func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	slices.Sort(env)
 	env = slices.Compact(env)
 	if want := 31; len(env) != want {
-		t.Fatalf("env imports = %d %q, want %d (one per abi.Host method)", len(env), env, want)
+		t.Fatalf("env imports = %d %q, want %d (one per bridge.Host method)", len(env), env, want)
 	}
 }
