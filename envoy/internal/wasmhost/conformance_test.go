@@ -667,6 +667,7 @@ func TestModuleRejected(t *testing.T) {
 	}{
 		{"missing wasi import", "wasiextra", "", ProfileEnvoy138, "wasi_snapshot_preview1.fd_filestat_get"},
 		{"no abi version", "noabi", "", "", "ABI version"},
+		{"callback signature", "badsig", "", "", "Bad function signature for: proxy_on_vm_start"},
 		{"configure false", "conformance", "fail-configure", "", "Unable to configure"},
 		{"restricted call in _initialize", "initcall", "", "", "restricted_callback"},
 		{"bad profile", "conformance", "", "v8", "unknown WASI profile"},
@@ -698,6 +699,7 @@ func TestModuleRejected(t *testing.T) {
 func TestLatestProfileHasExtraWASI(t *testing.T) {
 	h := newHarness(t, "", withCode("wasiextra"), withProfile(ProfileEnvoyLatest))
 	h.logs.expect(t, "filestat 8") // EBADF
+	h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
 }
 
 func TestCompilationCacheDir(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -27,17 +29,17 @@ func propBool(v bool) []byte {
 // property answers proxy_get_property for the common Envoy attribute paths
 // (SPEC §13). Path segments are NUL-separated ("request\x00path"). s is nil
 // for the root context, which has no stream info.
-func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
-	parts := strings.Split(strings.TrimSuffix(path, "\x00"), "\x00")
+func (vm *vmInstance) property(s *stream, path string) ([]byte, abi.Status) {
+	parts := abi.SplitPropertyPath(path)
 	if len(parts) == 0 || parts[0] == "" {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	top, rest := parts[0], parts[1:]
-	leaf := func(v []byte, ok bool) ([]byte, status) {
+	leaf := func(v []byte, ok bool) ([]byte, abi.Status) {
 		if !ok || len(rest) > 1 {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return v, statusOK
+		return v, abi.StatusOK
 	}
 	cfg := vm.f.cfg
 	switch top {
@@ -49,7 +51,7 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
 		return leaf([]byte(cfg.VMID), len(rest) == 0)
 	case "xds":
 		if len(rest) == 0 {
-			return nil, statusSerializationFailure
+			return nil, abi.StatusSerializationFailure
 		}
 		return vm.xdsProperty(s, rest[0], rest[1:])
 	case "node", "cluster_name", "route_name", "listener_direction":
@@ -62,21 +64,21 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
 	}
 	if info == nil {
 		if v, ok := s.customProperty(top, rest); ok {
-			return v, statusOK
+			return v, abi.StatusOK
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	if len(rest) == 0 {
 		switch top {
 		case "request", "response", "connection", "source", "destination", "upstream":
-			return nil, statusSerializationFailure // a map wrapper, not a value
+			return nil, abi.StatusSerializationFailure // a map wrapper, not a value
 		case "connection_id":
-			return propUint(info.ConnectionID), statusOK
+			return propUint(info.ConnectionID), abi.StatusOK
 		}
 		if v, ok := s.customProperty(top, nil); ok {
-			return v, statusOK
+			return v, abi.StatusOK
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	field := rest[0]
 	switch top {
@@ -93,7 +95,7 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
 		case "requested_server_name":
 			return leaf(nil, true)
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	case "source", "destination":
 		addr := info.SourceAddress
 		if top == "destination" {
@@ -107,12 +109,12 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
 			port, err2 := strconv.Atoi(p)
 			return leaf(propInt(int64(port)), err == nil && err2 == nil)
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	if v, ok := s.customProperty(top, rest); ok {
-		return v, statusOK
+		return v, abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
 // customProperty is a value stored by proxy_set_property (Envoy keeps it as
@@ -159,16 +161,16 @@ func (s *stream) activeResponseTrailers() *httpfilter.Headers {
 
 // headerMapProperty serves "<x>.headers" (the whole map as pairs) and
 // "<x>.headers.<name>" (all values joined by ",").
-func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, status) {
+func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, abi.Status) {
 	switch len(rest) {
 	case 0:
 		if h == nil {
-			return encodePairs(nil), statusOK
+			return encodePairs(nil), abi.StatusOK
 		}
-		return encodePairs(*h), statusOK
+		return encodePairs(*h), abi.StatusOK
 	case 1:
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		key := strings.ToLower(rest[0])
 		var vals []string
@@ -178,48 +180,48 @@ func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, status) {
 			}
 		}
 		if len(vals) == 0 {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(strings.Join(vals, ",")), statusOK
+		return []byte(strings.Join(vals, ",")), abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
-func (s *stream) requestProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, status) {
+func (s *stream) requestProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, abi.Status) {
 	h := s.activeRequestHeaders()
 	if field == "headers" {
 		return headerMapProperty(h, rest)
 	}
 	if len(rest) > 0 {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
-	header := func(name string) ([]byte, status) {
+	header := func(name string) ([]byte, abi.Status) {
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		v, ok := h.Get(name)
 		if !ok {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(v), statusOK
+		return []byte(v), abi.StatusOK
 	}
 	switch field {
 	case "path":
 		return header(":path")
 	case "url_path", "query":
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		p, _ := h.Get(":path")
 		before, after, hasQuery := strings.Cut(p, "?")
 		if field == "url_path" {
-			return []byte(before), statusOK
+			return []byte(before), abi.StatusOK
 		}
 		if !hasQuery {
-			return []byte{}, statusOK
+			return []byte{}, abi.StatusOK
 		}
 		q, _, _ := strings.Cut(after, "#")
-		return []byte(q), statusOK
+		return []byte(q), abi.StatusOK
 	case "host":
 		return header(":authority")
 	case "scheme":
@@ -234,43 +236,43 @@ func (s *stream) requestProperty(info *httpfilter.StreamInfo, field string, rest
 		return header("x-request-id")
 	case "protocol":
 		if info.Protocol == "" {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(info.Protocol), statusOK
+		return []byte(info.Protocol), abi.StatusOK
 	case "time":
-		return propInt(info.StartTime.UnixNano()), statusOK
+		return propInt(info.StartTime.UnixNano()), abi.StatusOK
 	case "duration":
 		if !s.accessLogPhase || info.StartTime.IsZero() {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return propInt(int64(time.Since(info.StartTime))), statusOK
+		return propInt(int64(time.Since(info.StartTime))), abi.StatusOK
 	case "size":
 		if h != nil {
 			if cl, ok := h.Get("content-length"); ok {
 				n, err := strconv.ParseInt(cl, 10, 64)
 				if err != nil {
-					return nil, statusNotFound
+					return nil, abi.StatusNotFound
 				}
-				return propInt(n), statusOK
+				return propInt(n), abi.StatusOK
 			}
 		}
-		return propInt(info.RequestSize), statusOK
+		return propInt(info.RequestSize), abi.StatusOK
 	case "total_size":
 		n := info.RequestSize
 		if h != nil {
 			n += int64(headersByteSize(*h))
 		}
-		return propInt(n), statusOK
+		return propInt(n), abi.StatusOK
 	case "headers_bytes":
 		if h == nil {
-			return propInt(0), statusOK
+			return propInt(0), abi.StatusOK
 		}
-		return propInt(int64(headersByteSize(*h))), statusOK
+		return propInt(int64(headersByteSize(*h))), abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
-func (s *stream) responseProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, status) {
+func (s *stream) responseProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, abi.Status) {
 	h, t := s.activeResponseHeaders(), s.activeResponseTrailers()
 	switch field {
 	case "headers":
@@ -279,21 +281,21 @@ func (s *stream) responseProperty(info *httpfilter.StreamInfo, field string, res
 		return headerMapProperty(t, rest)
 	}
 	if len(rest) > 0 {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	switch field {
 	case "code":
 		if info.ResponseCode == 0 {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return propInt(int64(info.ResponseCode)), statusOK
+		return propInt(int64(info.ResponseCode)), abi.StatusOK
 	case "code_details":
 		if info.ResponseDetails == "" {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(info.ResponseDetails), statusOK
+		return []byte(info.ResponseDetails), abi.StatusOK
 	case "size":
-		return propInt(info.ResponseSize), statusOK
+		return propInt(info.ResponseSize), abi.StatusOK
 	case "total_size":
 		n := info.ResponseSize
 		if h != nil {
@@ -302,55 +304,55 @@ func (s *stream) responseProperty(info *httpfilter.StreamInfo, field string, res
 		if t != nil {
 			n += int64(headersByteSize(*t))
 		}
-		return propInt(n), statusOK
+		return propInt(n), abi.StatusOK
 	case "flags":
-		return propInt(0), statusOK
+		return propInt(0), abi.StatusOK
 	case "headers_bytes":
 		if h == nil {
-			return propInt(0), statusOK
+			return propInt(0), abi.StatusOK
 		}
-		return propInt(int64(headersByteSize(*h))), statusOK
+		return propInt(int64(headersByteSize(*h))), abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
 // xdsProperty serves xds.node (a serialized config.core.v3.Node with id and
 // cluster), xds.node.{id,cluster}, xds.cluster_name, xds.route_name and
 // xds.listener_direction.
-func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, status) {
+func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, abi.Status) {
 	env := vm.f.env
 	if field == "node" {
 		switch {
 		case len(rest) == 0:
-			return marshalNode(env.NodeID, env.NodeCluster), statusOK
+			return marshalNode(env.NodeID, env.NodeCluster), abi.StatusOK
 		case len(rest) == 1 && rest[0] == "id":
-			return []byte(env.NodeID), statusOK
+			return []byte(env.NodeID), abi.StatusOK
 		case len(rest) == 1 && rest[0] == "cluster":
-			return []byte(env.NodeCluster), statusOK
+			return []byte(env.NodeCluster), abi.StatusOK
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	if len(rest) > 0 || s == nil || s.cb.Info() == nil {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	info := s.cb.Info()
 	switch field {
 	case "cluster_name":
 		if info.ClusterName == "" {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(info.ClusterName), statusOK
+		return []byte(info.ClusterName), abi.StatusOK
 	case "route_name":
 		if info.RouteName == "" {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(info.RouteName), statusOK
+		return []byte(info.RouteName), abi.StatusOK
 	case "listener_direction":
-		return propInt(0), statusOK // UNSPECIFIED: listeners here carry no direction
+		return propInt(0), abi.StatusOK // UNSPECIFIED: listeners here carry no direction
 	case "filter_chain_name":
-		return []byte{}, statusOK
+		return []byte{}, abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
 // marshalNode encodes config.core.v3.Node{id: 1, cluster: 2} in protobuf

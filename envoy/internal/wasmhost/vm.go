@@ -11,6 +11,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -361,7 +363,7 @@ func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers htt
 			}
 			if err != nil || resp == nil {
 				vm.f.logger.Debug("wasm: http call failed", "cluster", cluster, "token", token, "err", err)
-				vm.callStatus, vm.callMessage = uint32(statusBrokenConnection), "reset"
+				vm.callStatus, vm.callMessage = uint32(abi.StatusBrokenConnection), "reset"
 				vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token), 0, 0, 0)
 				vm.callMessage = ""
 				return
