@@ -11,8 +11,8 @@ import (
 )
 
 // TestEveryBindingMatchesEnvoyABI builds a module that links every host
-// binding and checks each import's name and signature against Envoy's
-// ABI v0.2.1 table, plus the exports a v0.2.1 host looks for.
+// binding and checks each import's name and signature, and every callback
+// export, against the ABI catalogue.
 func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a wasm module")
@@ -30,6 +30,13 @@ func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wasmcheck.CheckImports(imports); err != nil {
+		t.Fatal(err)
+	}
+	exports, err := wasmcheck.Exports(context.Background(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wasmcheck.CheckExports(exports); err != nil {
 		t.Fatal(err)
 	}
 	// One import per bridge.Host method (chime binds neither gRPC nor
