@@ -287,6 +287,7 @@ func (vm *vmInstance) close() {
 // setTick (re)arms the root context's tick; 0 disables it. Envoy re-arms
 // the timer after each proxy_on_tick returns, so a slow tick never overlaps.
 func (vm *vmInstance) setTick(period time.Duration) {
+	vm.f.logger.Debug("wasm: tick period set", "worker", vm.worker, "period_ms", period.Milliseconds())
 	vm.stopTick()
 	if period <= 0 {
 		return
