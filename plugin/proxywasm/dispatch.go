@@ -5,6 +5,7 @@ import (
 
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
 	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
 // HttpCallCallback receives the response of DispatchHttpCall. numHeaders is
@@ -63,7 +64,7 @@ func recovered(callback string, r any) {
 		return
 	}
 	defer func() { _ = recover() }() // logging itself must not re-panic
-	LogCriticalf("panic in %s: %v", callback, r)
+	_ = hostcall.Log(abi.LogLevelCritical, fmt.Sprintf("panic in %s: %v", callback, r))
 }
 
 // guest implements bridge.Guest on the package state.
@@ -75,7 +76,7 @@ func (guest) OnContextCreate(contextID, parentID uint32) {
 	s.active = contextID
 	if parentID == 0 {
 		if s.vm == nil {
-			LogCritical("proxywasm: SetVMContext was never called")
+			_ = hostcall.Log(abi.LogLevelCritical, "proxywasm: SetVMContext was never called")
 			return
 		}
 		if pc := s.vm.NewPluginContext(contextID); pc != nil {
@@ -200,15 +201,17 @@ func (guest) OnTick(rootID uint32) {
 func (guest) OnQueueReady(rootID, queueID uint32) {
 	defer func() { recovered("proxy_on_queue_ready", recover()) }()
 	if p, ok := state.plugins[rootID]; ok {
-		state.active = rootID
-		p.ctx.OnQueueReady(queueID)
+		if h, ok := p.ctx.(queueReadyHandler); ok {
+			state.active = rootID
+			h.OnQueueReady(queueID)
+		}
 	}
 }
 
 func (guest) OnForeignFunction(rootID, functionID, size uint32) {
 	defer func() { recovered("proxy_on_foreign_function", recover()) }()
 	if p, ok := state.plugins[rootID]; ok {
-		if h, ok := p.ctx.(ForeignFunctionHandler); ok {
+		if h, ok := p.ctx.(foreignFunctionHandler); ok {
 			state.active = rootID
 			h.OnForeignFunction(functionID, int(size))
 		}
@@ -274,8 +277,8 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 	} else {
 		return 0, fmt.Errorf("proxywasm: DispatchHttpCall outside a plugin or HTTP context: %w", ErrBadArgument)
 	}
-	id, st := bridge.CurrentHost().HttpCall(cluster, abi.EncodePairs(headers), body, abi.EncodePairs(trailers), timeoutMilliseconds)
-	if err := statusErr(st); err != nil {
+	id, err := hostcall.HttpCall(cluster, headers, body, trailers, timeoutMilliseconds)
+	if err != nil {
 		return 0, err
 	}
 	state.plugins[pluginID].callouts[id] = callout{streamID: streamID, fn: callback}

@@ -10,6 +10,12 @@
 // must never block (no time.Sleep, timers, channel waits or file I/O). Use
 // DispatchHttpCall with a callback and SetTickPeriodMilliSeconds instead.
 //
+// The exported API is what an HTTP filter needs: the contexts and their
+// callbacks, header, body and property access, local responses, HTTP
+// calls, the tick, counters and logging. The rest of the ABI (trailers
+// editing, shared data and queues, gauges and histograms, foreign
+// functions) is bound in internal packages and not exported.
+//
 // Outside wasm the package compiles with no host; tests install the
 // in-memory host from package proxytest.
 package proxywasm
@@ -18,6 +24,7 @@ import (
 	"fmt"
 
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
 // Action is what a stream callback tells the host to do next.
@@ -45,52 +52,20 @@ func (a Action) String() string {
 
 // Status is a non-OK proxy_status_t returned by a host function. It is an
 // error; compare with errors.Is(err, ErrNotFound) or ==.
-type Status uint32
+type Status = hostcall.Status
 
 // Host statuses (proxy_status_t) as errors.
 const (
-	ErrNotFound             Status = Status(abi.StatusNotFound)
-	ErrBadArgument          Status = Status(abi.StatusBadArgument)
-	ErrSerializationFailure Status = Status(abi.StatusSerializationFailure)
-	ErrParseFailure         Status = Status(abi.StatusParseFailure)
-	ErrInvalidMemoryAccess  Status = Status(abi.StatusInvalidMemoryAccess)
-	ErrEmpty                Status = Status(abi.StatusEmpty)
-	ErrCasMismatch          Status = Status(abi.StatusCasMismatch)
-	ErrInternalFailure      Status = Status(abi.StatusInternalFailure)
-	ErrUnimplemented        Status = Status(abi.StatusUnimplemented)
+	ErrNotFound             = hostcall.ErrNotFound
+	ErrBadArgument          = hostcall.ErrBadArgument
+	ErrSerializationFailure = hostcall.ErrSerializationFailure
+	ErrParseFailure         = hostcall.ErrParseFailure
+	ErrInvalidMemoryAccess  = hostcall.ErrInvalidMemoryAccess
+	ErrEmpty                = hostcall.ErrEmpty
+	ErrCasMismatch          = hostcall.ErrCasMismatch
+	ErrInternalFailure      = hostcall.ErrInternalFailure
+	ErrUnimplemented        = hostcall.ErrUnimplemented
 )
-
-func (s Status) Error() string {
-	switch s {
-	case ErrNotFound:
-		return "proxy-wasm: not found"
-	case ErrBadArgument:
-		return "proxy-wasm: bad argument"
-	case ErrSerializationFailure:
-		return "proxy-wasm: serialization failure"
-	case ErrParseFailure:
-		return "proxy-wasm: parse failure"
-	case ErrInvalidMemoryAccess:
-		return "proxy-wasm: invalid memory access"
-	case ErrEmpty:
-		return "proxy-wasm: empty"
-	case ErrCasMismatch:
-		return "proxy-wasm: CAS mismatch"
-	case ErrInternalFailure:
-		return "proxy-wasm: internal failure"
-	case ErrUnimplemented:
-		return "proxy-wasm: unimplemented"
-	}
-	return fmt.Sprintf("proxy-wasm: status %d", uint32(s))
-}
-
-// statusErr maps a raw proxy_status_t to nil or a Status error.
-func statusErr(s abi.Status) error {
-	if s == abi.StatusOK {
-		return nil
-	}
-	return Status(s)
-}
 
 // LogLevel is proxy_log_level_t.
 type LogLevel uint32

@@ -37,10 +37,10 @@ type Options struct {
 	LogLevel   proxywasm.LogLevel
 }
 
-// LogEntry is one proxy_log call.
-type LogEntry struct {
-	Level   proxywasm.LogLevel
-	Message string
+// logEntry is one proxy_log call.
+type logEntry struct {
+	level   proxywasm.LogLevel
+	message string
 }
 
 // HttpCall is one proxy_http_call the guest made.
@@ -69,7 +69,6 @@ type stream struct {
 	bodies       map[abi.BufferType][]byte // what the guest sees: the buffered body
 	sent         map[abi.BufferType][]byte // body forwarded past the filter
 	resumed      map[abi.StreamType]int    // continue_stream calls per stream type
-	closed       bool
 	local        *LocalResponse
 	pausedBodies map[abi.BufferType]bool
 	// heldMaps and heldBodies are the header maps and body buffers lent to
@@ -92,7 +91,7 @@ type Host struct {
 	nextID    uint32
 	effective uint32
 	streams   map[uint32]*stream
-	logs      []LogEntry
+	logs      []logEntry
 
 	calls        []HttpCall
 	nextCallID   uint32
@@ -105,7 +104,6 @@ type Host struct {
 	queues     map[string]uint32
 	queueItems map[uint32][][]byte
 	metrics    []metric
-	done       int
 }
 
 type sharedValue struct {
@@ -265,12 +263,6 @@ func (h *Host) Tick() {
 	h.guest().OnTick(h.rootID)
 }
 
-// CallOnQueueReady tells the plugin context that queueID has items.
-func (h *Host) CallOnQueueReady(queueID uint32) {
-	h.effective = h.rootID
-	h.guest().OnQueueReady(h.rootID, queueID)
-}
-
 // TickPeriod is the last period set by the guest.
 func (h *Host) TickPeriod() uint32 { return h.tickPeriod }
 
@@ -290,8 +282,8 @@ func (h *Host) CallOnHttpCallResponse(id uint32, headers [][2]string, body []byt
 func (h *Host) GetLogs(level proxywasm.LogLevel) []string {
 	var out []string
 	for _, e := range h.logs {
-		if e.Level >= level {
-			out = append(out, e.Message)
+		if e.level >= level {
+			out = append(out, e.message)
 		}
 	}
 	return out
@@ -332,12 +324,6 @@ func (h *Host) ResumedResponse(id uint32) int {
 	return h.stream(id).resumed[abi.StreamHttpResponse]
 }
 
-// Closed reports whether the guest closed (reset) the stream.
-func (h *Host) Closed(id uint32) bool { return h.stream(id).closed }
-
-// DoneCalls counts proxy_done calls.
-func (h *Host) DoneCalls() int { return h.done }
-
 // GetLocalResponse returns the local response sent on the stream, if any.
 func (h *Host) GetLocalResponse(id uint32) *LocalResponse { return h.stream(id).local }
 
@@ -359,7 +345,7 @@ func (h *abiHost) Log(level abi.LogLevel, msg string) abi.Status {
 	if level > abi.LogLevelCritical {
 		return abi.StatusBadArgument
 	}
-	h.logs = append(h.logs, LogEntry{proxywasm.LogLevel(level), msg})
+	h.logs = append(h.logs, logEntry{proxywasm.LogLevel(level), msg})
 	return abi.StatusOK
 }
 
@@ -574,11 +560,9 @@ func (h *abiHost) ContinueStream(streamType abi.StreamType) abi.Status {
 }
 
 func (h *abiHost) CloseStream(streamType abi.StreamType) abi.Status {
-	s, ok := h.streams[h.effective]
-	if !ok {
+	if _, ok := h.streams[h.effective]; !ok {
 		return abi.StatusNotFound
 	}
-	s.closed = true
 	return abi.StatusOK
 }
 
@@ -733,10 +717,7 @@ func (h *abiHost) SetEffectiveContext(id uint32) abi.Status {
 	return abi.StatusOK
 }
 
-func (h *abiHost) Done() abi.Status {
-	h.done++
-	return abi.StatusOK
-}
+func (h *abiHost) Done() abi.Status { return abi.StatusOK }
 
 func (h *abiHost) CallForeignFunction(name string, _ []byte) ([]byte, abi.Status) {
 	return nil, abi.StatusNotFound
