@@ -424,6 +424,18 @@ func TestProperties(t *testing.T) {
 		"listener_direction":    "0 " + le64(0),
 		"no.such":               "1 ",
 		"my_key":                "0 " + hexs("my-value"),
+		// Table boundaries: a bare map is SERIALIZATION_FAILURE, an unknown
+		// or over-long path NOT_FOUND.
+		"request":          "3 ",
+		"upstream":         "3 ",
+		"xds":              "3 ",
+		"connection_id":    "0 " + le64(42),
+		"request.path.x":   "1 ",
+		"connection.nope":  "1 ",
+		"upstream.address": "1 ",
+		"plugin_name.x":    "1 ",
+		"connection.mtls":  "0 00",
+		"xds.nope":         "1 ",
 	}
 	for path, v := range want {
 		h.logs.expect(t, "prop req "+path+" "+v)

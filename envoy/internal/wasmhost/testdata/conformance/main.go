@@ -504,6 +504,8 @@ var reqProps = [][]string{
 	{"plugin_name"}, {"plugin_root_id"}, {"plugin_vm_id"}, {"xds", "node", "id"}, {"xds", "node", "cluster"},
 	{"node"}, {"xds", "cluster_name"}, {"xds", "route_name"}, {"route_name"}, {"cluster_name"},
 	{"listener_direction"}, {"no", "such"}, {"my_key"},
+	{"request"}, {"upstream"}, {"xds"}, {"connection_id"}, {"request", "path", "x"}, {"connection", "nope"},
+	{"upstream", "address"}, {"plugin_name", "x"}, {"connection", "mtls"}, {"xds", "nope"},
 }
 
 var respProps = [][]string{
