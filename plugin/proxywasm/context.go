@@ -17,14 +17,12 @@ type PluginContext interface {
 	// OnPluginStart is called with the size of the plugin configuration
 	// (read it with GetPluginConfiguration). Returning false rejects it.
 	OnPluginStart(pluginConfigurationSize int) bool
-	// OnPluginDone is called when the host tears the plugin down. Returning
-	// false defers completion until PluginDone is called.
+	// OnPluginDone is called when the host tears the plugin down. Return
+	// true: deferring completion (false) needs proxy_done, which this
+	// package does not export.
 	OnPluginDone() bool
 	// OnTick is called every tick period (SetTickPeriodMilliSeconds).
 	OnTick()
-	// OnQueueReady is called when an item is enqueued on a shared queue
-	// this VM registered.
-	OnQueueReady(queueID uint32)
 	// NewHttpContext creates the context of one HTTP stream. Returning nil
 	// lets the stream pass through without callbacks.
 	NewHttpContext(contextID uint32) HttpContext
@@ -44,9 +42,12 @@ type HttpContext interface {
 	OnHttpStreamDone()
 }
 
-// ForeignFunctionHandler may be implemented by a PluginContext to receive
-// proxy_on_foreign_function callbacks.
-type ForeignFunctionHandler interface {
+// A PluginContext may also implement these to receive the callbacks of
+// the ABI parts this package does not export (shared queues, foreign
+// functions); the internal bindings use them.
+type queueReadyHandler interface{ OnQueueReady(queueID uint32) }
+
+type foreignFunctionHandler interface {
 	OnForeignFunction(functionID uint32, argumentsSize int)
 }
 
@@ -66,7 +67,6 @@ type DefaultPluginContext struct{}
 func (DefaultPluginContext) OnPluginStart(int) bool            { return true }
 func (DefaultPluginContext) OnPluginDone() bool                { return true }
 func (DefaultPluginContext) OnTick()                           {}
-func (DefaultPluginContext) OnQueueReady(uint32)               {}
 func (DefaultPluginContext) NewHttpContext(uint32) HttpContext { return nil }
 
 // DefaultHttpContext continues every callback.

@@ -3,7 +3,9 @@ package proxywasm
 import (
 	"fmt"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
 // HttpCallCallback receives the response of DispatchHttpCall. numHeaders is
@@ -52,7 +54,7 @@ var state dispatcher
 
 func init() {
 	SetVMContext(nil)
-	abi.SetGuest(guest{})
+	bridge.SetGuest(guest{})
 }
 
 // recovered turns a panic in plugin code into an error log, so ordinary bad
@@ -62,10 +64,10 @@ func recovered(callback string, r any) {
 		return
 	}
 	defer func() { _ = recover() }() // logging itself must not re-panic
-	LogCriticalf("panic in %s: %v", callback, r)
+	_ = hostcall.Log(abi.LogLevelCritical, fmt.Sprintf("panic in %s: %v", callback, r))
 }
 
-// guest implements abi.Guest on the package state.
+// guest implements bridge.Guest on the package state.
 type guest struct{}
 
 func (guest) OnContextCreate(contextID, parentID uint32) {
@@ -74,7 +76,7 @@ func (guest) OnContextCreate(contextID, parentID uint32) {
 	s.active = contextID
 	if parentID == 0 {
 		if s.vm == nil {
-			LogCritical("proxywasm: SetVMContext was never called")
+			_ = hostcall.Log(abi.LogLevelCritical, "proxywasm: SetVMContext was never called")
 			return
 		}
 		if pc := s.vm.NewPluginContext(contextID); pc != nil {
@@ -115,52 +117,52 @@ func (guest) OnConfigure(rootID, size uint32) (ok bool) {
 }
 
 // stream runs fn on the HTTP context id, or continues when there is none.
-func stream(name string, id uint32, fn func(HttpContext) Action) (action uint32) {
+func stream(name string, id uint32, fn func(HttpContext) Action) (action abi.Action) {
 	defer func() {
 		if r := recover(); r != nil {
 			recovered(name, r)
-			action = uint32(ActionContinue) // fail open
+			action = abi.ActionContinue // fail open
 		}
 	}()
 	e, ok := state.streams[id]
 	if !ok {
-		return uint32(ActionContinue)
+		return abi.ActionContinue
 	}
 	state.active = id
-	return uint32(fn(e.ctx))
+	return abi.Action(fn(e.ctx))
 }
 
-func (guest) OnRequestHeaders(id, n uint32, eos bool) uint32 {
+func (guest) OnRequestHeaders(id, n uint32, eos bool) abi.Action {
 	return stream("proxy_on_request_headers", id, func(c HttpContext) Action {
 		return c.OnHttpRequestHeaders(int(n), eos)
 	})
 }
 
-func (guest) OnRequestBody(id, size uint32, eos bool) uint32 {
+func (guest) OnRequestBody(id, size uint32, eos bool) abi.Action {
 	return stream("proxy_on_request_body", id, func(c HttpContext) Action {
 		return c.OnHttpRequestBody(int(size), eos)
 	})
 }
 
-func (guest) OnRequestTrailers(id, n uint32) uint32 {
+func (guest) OnRequestTrailers(id, n uint32) abi.Action {
 	return stream("proxy_on_request_trailers", id, func(c HttpContext) Action {
 		return c.OnHttpRequestTrailers(int(n))
 	})
 }
 
-func (guest) OnResponseHeaders(id, n uint32, eos bool) uint32 {
+func (guest) OnResponseHeaders(id, n uint32, eos bool) abi.Action {
 	return stream("proxy_on_response_headers", id, func(c HttpContext) Action {
 		return c.OnHttpResponseHeaders(int(n), eos)
 	})
 }
 
-func (guest) OnResponseBody(id, size uint32, eos bool) uint32 {
+func (guest) OnResponseBody(id, size uint32, eos bool) abi.Action {
 	return stream("proxy_on_response_body", id, func(c HttpContext) Action {
 		return c.OnHttpResponseBody(int(size), eos)
 	})
 }
 
-func (guest) OnResponseTrailers(id, n uint32) uint32 {
+func (guest) OnResponseTrailers(id, n uint32) abi.Action {
 	return stream("proxy_on_response_trailers", id, func(c HttpContext) Action {
 		return c.OnHttpResponseTrailers(int(n))
 	})
@@ -181,7 +183,7 @@ func (guest) OnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrai
 	if c.streamID != 0 {
 		// The host calls back on the plugin context; make the stream
 		// effective again so ResumeHttpRequest and friends act on it.
-		if _, alive := state.streams[c.streamID]; alive && abi.CurrentHost().SetEffectiveContext(c.streamID) == abi.StatusOK {
+		if _, alive := state.streams[c.streamID]; alive && bridge.CurrentHost().SetEffectiveContext(c.streamID) == abi.StatusOK {
 			state.active = c.streamID
 		}
 	}
@@ -199,15 +201,17 @@ func (guest) OnTick(rootID uint32) {
 func (guest) OnQueueReady(rootID, queueID uint32) {
 	defer func() { recovered("proxy_on_queue_ready", recover()) }()
 	if p, ok := state.plugins[rootID]; ok {
-		state.active = rootID
-		p.ctx.OnQueueReady(queueID)
+		if h, ok := p.ctx.(queueReadyHandler); ok {
+			state.active = rootID
+			h.OnQueueReady(queueID)
+		}
 	}
 }
 
 func (guest) OnForeignFunction(rootID, functionID, size uint32) {
 	defer func() { recovered("proxy_on_foreign_function", recover()) }()
 	if p, ok := state.plugins[rootID]; ok {
-		if h, ok := p.ctx.(ForeignFunctionHandler); ok {
+		if h, ok := p.ctx.(foreignFunctionHandler); ok {
 			state.active = rootID
 			h.OnForeignFunction(functionID, int(size))
 		}
@@ -273,8 +277,8 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 	} else {
 		return 0, fmt.Errorf("proxywasm: DispatchHttpCall outside a plugin or HTTP context: %w", ErrBadArgument)
 	}
-	id, st := abi.CurrentHost().HttpCall(cluster, abi.EncodePairs(headers), body, abi.EncodePairs(trailers), timeoutMilliseconds)
-	if err := statusErr(st); err != nil {
+	id, err := hostcall.HttpCall(cluster, headers, body, trailers, timeoutMilliseconds)
+	if err != nil {
 		return 0, err
 	}
 	state.plugins[pluginID].callouts[id] = callout{streamID: streamID, fn: callback}

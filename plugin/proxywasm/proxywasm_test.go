@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 	"github.com/chimehq/chime/plugin/proxywasm"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
 )
 
@@ -197,8 +200,8 @@ func TestBodyBufferingAndReplace(t *testing.T) {
 			body, err := proxywasm.GetHttpRequestBody(0, size)
 			must(t, err)
 			must(t, proxywasm.ReplaceHttpRequestBody(bytes.ToUpper(body)))
-			must(t, proxywasm.AppendHttpRequestBody([]byte("!")))
-			must(t, proxywasm.PrependHttpRequestBody([]byte(">")))
+			must(t, hostcall.AppendBuffer(abi.BufferHttpRequestBody, []byte("!")))
+			must(t, hostcall.PrependBuffer(abi.BufferHttpRequestBody, []byte(">")))
 			return proxywasm.ActionContinue
 		}}
 	}}
@@ -318,27 +321,28 @@ func TestTickQueueSharedDataMetricsProperties(t *testing.T) {
 		t.Fatalf("tick period %d, ticks %d", h.TickPeriod(), r.ticks)
 	}
 
-	q, err := proxywasm.RegisterSharedQueue("q")
+	// Shared queues, shared data and gauges are bound internally only.
+	q, err := hostcall.RegisterSharedQueue("q")
 	must(t, err)
-	if q2, err := proxywasm.ResolveSharedQueue("", "q"); err != nil || q2 != q {
+	if q2, err := hostcall.ResolveSharedQueue("", "q"); err != nil || q2 != q {
 		t.Fatalf("resolve = %d, %v", q2, err)
 	}
-	must(t, proxywasm.EnqueueSharedQueue(q, []byte("item")))
-	h.CallOnQueueReady(q)
-	if v, err := proxywasm.DequeueSharedQueue(q); err != nil || string(v) != "item" || !reflect.DeepEqual(r.queueReady, []uint32{q}) {
+	must(t, hostcall.EnqueueSharedQueue(q, []byte("item")))
+	bridge.CurrentGuest().OnQueueReady(h.RootContextID(), q)
+	if v, err := hostcall.DequeueSharedQueue(q); err != nil || string(v) != "item" || !reflect.DeepEqual(r.queueReady, []uint32{q}) {
 		t.Fatalf("dequeue = %q, %v; ready %v", v, err, r.queueReady)
 	}
-	if _, err := proxywasm.DequeueSharedQueue(q); !errors.Is(err, proxywasm.ErrEmpty) {
+	if _, err := hostcall.DequeueSharedQueue(q); !errors.Is(err, proxywasm.ErrEmpty) {
 		t.Fatalf("empty dequeue err = %v", err)
 	}
 
-	must(t, proxywasm.SetSharedData("k", []byte("v1"), 0))
-	v, cas, err := proxywasm.GetSharedData("k")
+	must(t, hostcall.SetSharedData("k", []byte("v1"), 0))
+	v, cas, err := hostcall.GetSharedData("k")
 	if err != nil || string(v) != "v1" {
 		t.Fatalf("get = %q, %v", v, err)
 	}
-	must(t, proxywasm.SetSharedData("k", []byte("v2"), cas))
-	if err := proxywasm.SetSharedData("k", []byte("v3"), cas); !errors.Is(err, proxywasm.ErrCasMismatch) {
+	must(t, hostcall.SetSharedData("k", []byte("v2"), cas))
+	if err := hostcall.SetSharedData("k", []byte("v3"), cas); !errors.Is(err, proxywasm.ErrCasMismatch) {
 		t.Fatalf("stale CAS err = %v", err)
 	}
 
@@ -346,14 +350,17 @@ func TestTickQueueSharedDataMetricsProperties(t *testing.T) {
 	must(t, err)
 	must(t, c.Increment(2))
 	must(t, c.Increment(3))
-	if v, err := c.Value(); err != nil || v != 5 {
+	if v, err := hostcall.GetMetric(uint32(c)); err != nil || v != 5 {
 		t.Fatalf("counter = %d, %v", v, err)
 	}
-	g, err := proxywasm.DefineGaugeMetric("inflight")
+	if v, ok := h.GetCounterValue("requests"); !ok || v != 5 {
+		t.Fatalf("host counter = %d, %v", v, ok)
+	}
+	g, err := hostcall.DefineMetric(abi.MetricGauge, "inflight")
 	must(t, err)
-	must(t, g.Set(4))
-	must(t, g.Add(-1))
-	if v, _ := g.Value(); v != 3 {
+	must(t, hostcall.RecordMetric(g, 4))
+	must(t, hostcall.IncrementMetric(g, -1))
+	if v, _ := hostcall.GetMetric(g); v != 3 {
 		t.Fatalf("gauge = %d", v)
 	}
 
@@ -363,7 +370,7 @@ func TestTickQueueSharedDataMetricsProperties(t *testing.T) {
 	if _, err := proxywasm.GetProperty([]string{"nope"}); !errors.Is(err, proxywasm.ErrNotFound) {
 		t.Fatalf("missing property err = %v", err)
 	}
-	if l, err := proxywasm.GetLogLevel(); err != nil || l != proxywasm.LogLevelWarn {
+	if l, err := hostcall.GetLogLevel(); err != nil || l != abi.LogLevelWarn {
 		t.Fatalf("log level = %v, %v", l, err)
 	}
 	proxywasm.LogInfof("n=%d", 7)

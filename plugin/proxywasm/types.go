@@ -10,6 +10,12 @@
 // must never block (no time.Sleep, timers, channel waits or file I/O). Use
 // DispatchHttpCall with a callback and SetTickPeriodMilliSeconds instead.
 //
+// The exported API is what an HTTP filter needs: the contexts and their
+// callbacks, header, body and property access, local responses, HTTP
+// calls, the tick, counters and logging. The rest of the ABI (trailers
+// editing, shared data and queues, gauges and histograms, foreign
+// functions) is bound in internal packages and not exported.
+//
 // Outside wasm the package compiles with no host; tests install the
 // in-memory host from package proxytest.
 package proxywasm
@@ -17,7 +23,8 @@ package proxywasm
 import (
 	"fmt"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
 // Action is what a stream callback tells the host to do next.
@@ -25,12 +32,12 @@ type Action uint32
 
 const (
 	// ActionContinue lets the host forward the headers, body or trailers.
-	ActionContinue Action = 0
+	ActionContinue = Action(abi.ActionContinue)
 	// ActionPause stops forwarding. From headers it stops the whole stream;
 	// from a body callback it makes the host buffer the body, so the next
 	// body callback sees everything received so far. Resume with
 	// ResumeHttpRequest / ResumeHttpResponse.
-	ActionPause Action = 1
+	ActionPause = Action(abi.ActionPause)
 )
 
 func (a Action) String() string {
@@ -45,64 +52,32 @@ func (a Action) String() string {
 
 // Status is a non-OK proxy_status_t returned by a host function. It is an
 // error; compare with errors.Is(err, ErrNotFound) or ==.
-type Status uint32
+type Status = hostcall.Status
 
 // Host statuses (proxy_status_t) as errors.
 const (
-	ErrNotFound             Status = Status(abi.StatusNotFound)
-	ErrBadArgument          Status = Status(abi.StatusBadArgument)
-	ErrSerializationFailure Status = Status(abi.StatusSerializationFailure)
-	ErrParseFailure         Status = Status(abi.StatusParseFailure)
-	ErrInvalidMemoryAccess  Status = Status(abi.StatusInvalidMemoryAccess)
-	ErrEmpty                Status = Status(abi.StatusEmpty)
-	ErrCasMismatch          Status = Status(abi.StatusCasMismatch)
-	ErrInternalFailure      Status = Status(abi.StatusInternalFailure)
-	ErrUnimplemented        Status = Status(abi.StatusUnimplemented)
+	ErrNotFound             = hostcall.ErrNotFound
+	ErrBadArgument          = hostcall.ErrBadArgument
+	ErrSerializationFailure = hostcall.ErrSerializationFailure
+	ErrParseFailure         = hostcall.ErrParseFailure
+	ErrInvalidMemoryAccess  = hostcall.ErrInvalidMemoryAccess
+	ErrEmpty                = hostcall.ErrEmpty
+	ErrCasMismatch          = hostcall.ErrCasMismatch
+	ErrInternalFailure      = hostcall.ErrInternalFailure
+	ErrUnimplemented        = hostcall.ErrUnimplemented
 )
-
-func (s Status) Error() string {
-	switch s {
-	case ErrNotFound:
-		return "proxy-wasm: not found"
-	case ErrBadArgument:
-		return "proxy-wasm: bad argument"
-	case ErrSerializationFailure:
-		return "proxy-wasm: serialization failure"
-	case ErrParseFailure:
-		return "proxy-wasm: parse failure"
-	case ErrInvalidMemoryAccess:
-		return "proxy-wasm: invalid memory access"
-	case ErrEmpty:
-		return "proxy-wasm: empty"
-	case ErrCasMismatch:
-		return "proxy-wasm: CAS mismatch"
-	case ErrInternalFailure:
-		return "proxy-wasm: internal failure"
-	case ErrUnimplemented:
-		return "proxy-wasm: unimplemented"
-	}
-	return fmt.Sprintf("proxy-wasm: status %d", uint32(s))
-}
-
-// statusErr maps a raw proxy_status_t to nil or a Status error.
-func statusErr(s uint32) error {
-	if s == abi.StatusOK {
-		return nil
-	}
-	return Status(s)
-}
 
 // LogLevel is proxy_log_level_t.
 type LogLevel uint32
 
 // Log levels, lowest first.
 const (
-	LogLevelTrace    LogLevel = 0
-	LogLevelDebug    LogLevel = 1
-	LogLevelInfo     LogLevel = 2
-	LogLevelWarn     LogLevel = 3
-	LogLevelError    LogLevel = 4
-	LogLevelCritical LogLevel = 5
+	LogLevelTrace    = LogLevel(abi.LogLevelTrace)
+	LogLevelDebug    = LogLevel(abi.LogLevelDebug)
+	LogLevelInfo     = LogLevel(abi.LogLevelInfo)
+	LogLevelWarn     = LogLevel(abi.LogLevelWarn)
+	LogLevelError    = LogLevel(abi.LogLevelError)
+	LogLevelCritical = LogLevel(abi.LogLevelCritical)
 )
 
 func (l LogLevel) String() string {

@@ -11,8 +11,8 @@ import (
 )
 
 // TestEveryBindingMatchesEnvoyABI builds a module that links every host
-// binding and checks each import's name and signature against Envoy's
-// ABI v0.2.1 table, plus the exports a v0.2.1 host looks for.
+// binding and checks each import's name and signature, and every callback
+// export, against the ABI catalogue.
 func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a wasm module")
@@ -32,7 +32,14 @@ func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	if err := wasmcheck.CheckImports(imports); err != nil {
 		t.Fatal(err)
 	}
-	// One import per abi.Host method (chime binds neither gRPC nor
+	exports, err := wasmcheck.Exports(context.Background(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wasmcheck.CheckExports(exports); err != nil {
+		t.Fatal(err)
+	}
+	// One import per bridge.Host method (chime binds neither gRPC nor
 	// get_status, get_header_map_size or get_current_time_nanoseconds).
 	var env []string
 	for _, im := range imports {
@@ -43,6 +50,6 @@ func TestEveryBindingMatchesEnvoyABI(t *testing.T) {
 	slices.Sort(env)
 	env = slices.Compact(env)
 	if want := 31; len(env) != want {
-		t.Fatalf("env imports = %d %q, want %d (one per abi.Host method)", len(env), env, want)
+		t.Fatalf("env imports = %d %q, want %d (one per bridge.Host method)", len(env), env, want)
 	}
 }

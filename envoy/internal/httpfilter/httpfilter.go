@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 // Header is one header entry. Keys are lower-case; HTTP/2-style
@@ -232,9 +234,9 @@ type WasmConfig struct {
 type MetricKind int
 
 const (
-	MetricCounter   MetricKind = 0
-	MetricGauge     MetricKind = 1
-	MetricHistogram MetricKind = 2
+	MetricCounter   = MetricKind(abi.MetricCounter)
+	MetricGauge     = MetricKind(abi.MetricGauge)
+	MetricHistogram = MetricKind(abi.MetricHistogram)
 )
 
 // Stats is the runtime's stat store, served by the admin endpoint

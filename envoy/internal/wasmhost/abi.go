@@ -10,62 +10,97 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
-var (
-	i32 = api.ValueTypeI32
-	i64 = api.ValueTypeI64
-)
-
-// hostFunc is one host function. fn reads its parameters from stack and
-// writes its result to stack[0].
+// hostFunc is one host function bound to its signature in the ABI
+// catalogue. fn reads its parameters from stack and writes its result to
+// stack[0].
 type hostFunc struct {
-	name    string
-	params  []api.ValueType
-	results []api.ValueType
-	fn      func(vm *vmInstance, ctx context.Context, stack []uint64)
+	sig abi.Func
+	fn  func(vm *vmInstance, ctx context.Context, stack []uint64)
 	// allowedInStart: callable during _initialize/_start. Anything else
 	// traps there ("restricted_callback"), as Envoy's V8 runtime does.
 	allowedInStart bool
 }
 
-func i32s(n int) []api.ValueType {
-	out := make([]api.ValueType, n)
-	for i := range out {
-		out[i] = i32
-	}
-	return out
+// handler implements one host function: words for all-i32 parameters
+// (the result is a status or an errno), raw for anything else.
+type handler struct {
+	words          func(vm *vmInstance, ctx context.Context, a []uint32) uint32
+	raw            func(vm *vmInstance, ctx context.Context, stack []uint64)
+	allowedInStart bool
 }
 
-// proxyFn declares an env.proxy_* function of n i32 parameters returning a status.
-func proxyFn(name string, n int, fn func(vm *vmInstance, ctx context.Context, a []uint32) status) hostFunc {
-	return hostFunc{name: name, params: i32s(n), results: i32s(1), fn: func(vm *vmInstance, ctx context.Context, stack []uint64) {
+func proxy(fn func(vm *vmInstance, ctx context.Context, a []uint32) abi.Status) handler {
+	return handler{words: func(vm *vmInstance, ctx context.Context, a []uint32) uint32 { return uint32(fn(vm, ctx, a)) }}
+}
+
+func (h handler) inStart() handler { h.allowedInStart = true; return h }
+
+// bind gives h the catalogue signature sig. A words handler for a
+// signature with other parameter types is a programming error.
+func (h handler) bind(sig abi.Func) hostFunc {
+	hf := hostFunc{sig: sig, fn: h.raw, allowedInStart: h.allowedInStart}
+	if h.words == nil {
+		return hf
+	}
+	for _, t := range sig.Params {
+		if t != abi.I32 {
+			panic(fmt.Sprintf("wasmhost: %s has non-i32 parameters; give it a raw handler", sig))
+		}
+	}
+	n, words := len(sig.Params), h.words
+	hf.fn = func(vm *vmInstance, ctx context.Context, stack []uint64) {
 		a := make([]uint32, n)
 		for i := range a {
 			a[i] = uint32(stack[i])
 		}
-		stack[0] = uint64(fn(vm, ctx, a))
-	}}
+		stack[0] = uint64(words(vm, ctx, a))
+	}
+	return hf
+}
+
+// bindAll binds every function of sigs to its handler in hs.
+func bindAll(sigs []abi.Func, hs map[string]handler) []hostFunc {
+	out := make([]hostFunc, 0, len(sigs))
+	for _, sig := range sigs {
+		h, ok := hs[sig.Name]
+		if !ok {
+			panic("wasmhost: no handler for " + sig.String())
+		}
+		out = append(out, h.bind(sig))
+	}
+	return out
+}
+
+func valueTypes(ts []abi.ValueType) []api.ValueType {
+	out := make([]api.ValueType, len(ts))
+	for i, t := range ts {
+		out[i] = api.ValueType(t) // the same wasm binary encoding
+	}
+	return out
 }
 
 // instantiateHost registers the env and WASI host modules in vm's runtime.
 func (vm *vmInstance) instantiateHost(ctx context.Context) error {
 	mods := map[string][]hostFunc{
-		"env":                    envFunctions(vm.f.abi),
-		"wasi_snapshot_preview1": wasiFunctions(vm.f.profile),
-		"wasi_unstable":          wasiFunctions(vm.f.profile),
+		abi.ModuleEnv:          envFunctions(vm.f.abi),
+		abi.ModuleWASI:         wasiFunctions(vm.f.profile),
+		abi.ModuleWASIUnstable: wasiFunctions(vm.f.profile),
 	}
 	for modName, fns := range mods {
 		b := vm.rt.NewHostModuleBuilder(modName)
 		for _, h := range fns {
-			h, qualified := h, modName+"."+h.name
+			h, qualified := h, modName+"."+h.sig.Name
 			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 				if vm.restricted && !h.allowedInStart {
 					panic(fmt.Errorf("restricted_callback: %s called during VM start", qualified))
 				}
 				h.fn(vm, ctx, stack)
-			}), h.params, h.results).Export(h.name)
+			}), valueTypes(h.sig.Params), valueTypes(h.sig.Results)).Export(h.sig.Name)
 		}
 		if _, err := b.Instantiate(ctx); err != nil {
 			return fmt.Errorf("wasm: host module %s: %w", modName, err)
@@ -122,11 +157,11 @@ func (vm *vmInstance) copyOut(ctx context.Context, data []byte, ptrPtr, sizePtr 
 	return vm.putU32(ptrPtr, p) && vm.putU32(sizePtr, uint32(len(data)))
 }
 
-func (vm *vmInstance) copyOutStatus(ctx context.Context, data []byte, ptrPtr, sizePtr uint32) status {
+func (vm *vmInstance) copyOutStatus(ctx context.Context, data []byte, ptrPtr, sizePtr uint32) abi.Status {
 	if !vm.copyOut(ctx, data, ptrPtr, sizePtr) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 // --- contexts -----------------------------------------------------------
@@ -151,142 +186,153 @@ func (vm *vmInstance) effective() *stream {
 
 // --- logging ------------------------------------------------------------
 
-func slogLevel(level uint32) slog.Level {
+func slogLevel(level abi.LogLevel) slog.Level {
 	switch level {
-	case 0:
+	case abi.LogLevelTrace:
 		return slog.LevelDebug - 4
-	case 1:
+	case abi.LogLevelDebug:
 		return slog.LevelDebug
-	case 2:
+	case abi.LogLevelInfo:
 		return slog.LevelInfo
-	case 3:
+	case abi.LogLevelWarn:
 		return slog.LevelWarn
-	case 4:
+	case abi.LogLevelError:
 		return slog.LevelError
 	default:
 		return slog.LevelError + 4
 	}
 }
 
-func (vm *vmInstance) log(ctx context.Context, level uint32, msg string) {
+func (vm *vmInstance) log(ctx context.Context, level abi.LogLevel, msg string) {
 	vm.f.logger.Log(ctx, slogLevel(level), msg, "source", "wasm")
 }
 
 // logLevel is the lowest proxy-wasm level the host logger records.
-func (vm *vmInstance) logLevel(ctx context.Context) uint32 {
-	for lvl := uint32(0); lvl < 5; lvl++ {
+func (vm *vmInstance) logLevel(ctx context.Context) abi.LogLevel {
+	for lvl := abi.LogLevelTrace; lvl < abi.LogLevelCritical; lvl++ {
 		if vm.f.logger.Enabled(ctx, slogLevel(lvl)) {
 			return lvl
 		}
 	}
-	return 5
+	return abi.LogLevelCritical
 }
 
 // --- the env module -----------------------------------------------------
 
-func envFunctions(abi abiVersion) []hostFunc {
-	fns := []hostFunc{
-		{name: "pthread_equal", params: i32s(2), results: i32s(1), fn: func(_ *vmInstance, _ context.Context, st []uint64) {
-			st[0] = b2u(uint32(st[0]) == uint32(st[1]))
-		}},
-		{name: "emscripten_notify_memory_growth", params: i32s(1), allowedInStart: true, fn: func(*vmInstance, context.Context, []uint64) {}},
-		withStart(proxyFn("proxy_log", 3, hostLog)),
-		proxyFn("proxy_get_status", 3, hostGetStatus),
-		proxyFn("proxy_set_property", 4, hostSetProperty),
-		proxyFn("proxy_get_property", 4, hostGetProperty),
-		proxyFn("proxy_send_local_response", 8, hostSendLocalResponse),
-		proxyFn("proxy_get_shared_data", 5, hostGetSharedData),
-		proxyFn("proxy_set_shared_data", 5, hostSetSharedData),
-		proxyFn("proxy_register_shared_queue", 3, hostRegisterQueue),
-		proxyFn("proxy_resolve_shared_queue", 5, hostResolveQueue),
-		proxyFn("proxy_dequeue_shared_queue", 3, hostDequeue),
-		proxyFn("proxy_enqueue_shared_queue", 3, hostEnqueue),
-		proxyFn("proxy_get_header_map_value", 5, hostGetHeaderValue),
-		proxyFn("proxy_add_header_map_value", 5, hostAddHeaderValue),
-		proxyFn("proxy_replace_header_map_value", 5, hostReplaceHeaderValue),
-		proxyFn("proxy_remove_header_map_value", 3, hostRemoveHeaderValue),
-		proxyFn("proxy_get_header_map_pairs", 3, hostGetHeaderPairs),
-		proxyFn("proxy_set_header_map_pairs", 3, hostSetHeaderPairs),
-		proxyFn("proxy_get_header_map_size", 2, hostGetHeaderSize),
-		proxyFn("proxy_get_buffer_status", 3, hostGetBufferStatus),
-		proxyFn("proxy_get_buffer_bytes", 5, hostGetBufferBytes),
-		proxyFn("proxy_set_buffer_bytes", 5, hostSetBufferBytes),
-		proxyFn("proxy_http_call", 10, hostHTTPCall),
-		proxyFn("proxy_grpc_call", 12, hostGrpcOpen),
-		proxyFn("proxy_grpc_stream", 9, hostGrpcOpen),
-		proxyFn("proxy_grpc_close", 1, hostGrpcToken),
-		proxyFn("proxy_grpc_cancel", 1, hostGrpcToken),
-		proxyFn("proxy_grpc_send", 4, hostGrpcToken),
-		proxyFn("proxy_set_tick_period_milliseconds", 1, hostSetTick),
-		proxyFn("proxy_get_current_time_nanoseconds", 1, hostGetTime),
-		proxyFn("proxy_define_metric", 4, hostDefineMetric),
-		{name: "proxy_increment_metric", params: []api.ValueType{i32, i64}, results: i32s(1), fn: hostIncrementMetric},
-		{name: "proxy_record_metric", params: []api.ValueType{i32, i64}, results: i32s(1), fn: hostRecordMetric},
-		proxyFn("proxy_get_metric", 2, hostGetMetric),
-		proxyFn("proxy_set_effective_context", 1, hostSetEffectiveContext),
-		proxyFn("proxy_done", 0, func(*vmInstance, context.Context, []uint32) status { return statusNotFound }),
-		proxyFn("proxy_call_foreign_function", 6, hostCallForeign),
-		proxyFn("proxy_continue_stream", 1, hostContinueStream),
-		proxyFn("proxy_close_stream", 1, hostCloseStream),
-	}
-	if abi == abi021 {
-		fns = append(fns, proxyFn("proxy_get_log_level", 1, hostGetLogLevel))
-	}
-	return fns
+// emscriptenFunctions are the non-ABI env functions Envoy also registers
+// for emscripten-built modules.
+var emscriptenFunctions = []hostFunc{
+	{sig: abi.Func{Module: abi.ModuleEnv, Name: "pthread_equal", Params: []abi.ValueType{abi.I32, abi.I32}, Results: []abi.ValueType{abi.I32}},
+		fn: func(_ *vmInstance, _ context.Context, st []uint64) { st[0] = b2u(uint32(st[0]) == uint32(st[1])) }},
+	{sig: abi.Func{Module: abi.ModuleEnv, Name: "emscripten_notify_memory_growth", Params: []abi.ValueType{abi.I32}},
+		fn: func(*vmInstance, context.Context, []uint64) {}, allowedInStart: true},
 }
 
-func withStart(h hostFunc) hostFunc { h.allowedInStart = true; return h }
+// proxyHandlers implements every function of abi.HostFunctions.
+var proxyHandlers = map[string]handler{
+	"proxy_log":                          proxy(hostLog).inStart(),
+	"proxy_get_log_level":                proxy(hostGetLogLevel),
+	"proxy_get_status":                   proxy(hostGetStatus),
+	"proxy_set_property":                 proxy(hostSetProperty),
+	"proxy_get_property":                 proxy(hostGetProperty),
+	"proxy_send_local_response":          proxy(hostSendLocalResponse),
+	"proxy_get_shared_data":              proxy(hostGetSharedData),
+	"proxy_set_shared_data":              proxy(hostSetSharedData),
+	"proxy_register_shared_queue":        proxy(hostRegisterQueue),
+	"proxy_resolve_shared_queue":         proxy(hostResolveQueue),
+	"proxy_dequeue_shared_queue":         proxy(hostDequeue),
+	"proxy_enqueue_shared_queue":         proxy(hostEnqueue),
+	"proxy_get_header_map_value":         proxy(hostGetHeaderValue),
+	"proxy_add_header_map_value":         proxy(hostAddHeaderValue),
+	"proxy_replace_header_map_value":     proxy(hostReplaceHeaderValue),
+	"proxy_remove_header_map_value":      proxy(hostRemoveHeaderValue),
+	"proxy_get_header_map_pairs":         proxy(hostGetHeaderPairs),
+	"proxy_set_header_map_pairs":         proxy(hostSetHeaderPairs),
+	"proxy_get_header_map_size":          proxy(hostGetHeaderSize),
+	"proxy_get_buffer_status":            proxy(hostGetBufferStatus),
+	"proxy_get_buffer_bytes":             proxy(hostGetBufferBytes),
+	"proxy_set_buffer_bytes":             proxy(hostSetBufferBytes),
+	"proxy_http_call":                    proxy(hostHTTPCall),
+	"proxy_grpc_call":                    proxy(hostGrpcOpen),
+	"proxy_grpc_stream":                  proxy(hostGrpcOpen),
+	"proxy_grpc_close":                   proxy(hostGrpcToken),
+	"proxy_grpc_cancel":                  proxy(hostGrpcToken),
+	"proxy_grpc_send":                    proxy(hostGrpcToken),
+	"proxy_set_tick_period_milliseconds": proxy(hostSetTick),
+	"proxy_get_current_time_nanoseconds": proxy(hostGetTime),
+	"proxy_define_metric":                proxy(hostDefineMetric),
+	"proxy_increment_metric":             {raw: hostIncrementMetric},
+	"proxy_record_metric":                {raw: hostRecordMetric},
+	"proxy_get_metric":                   proxy(hostGetMetric),
+	"proxy_set_effective_context":        proxy(hostSetEffectiveContext),
+	"proxy_done":                         proxy(func(*vmInstance, context.Context, []uint32) abi.Status { return abi.StatusNotFound }),
+	"proxy_call_foreign_function":        proxy(hostCallForeign),
+	"proxy_continue_stream":              proxy(hostContinueStream),
+	"proxy_close_stream":                 proxy(hostCloseStream),
+}
 
-func hostLog(vm *vmInstance, ctx context.Context, a []uint32) status {
-	if a[0] > 5 {
-		return statusBadArgument
+// envFunctions is the env module for a module of ABI version v: the
+// catalogue's host functions that version has, and the emscripten extras.
+func envFunctions(v abi.Version) []hostFunc {
+	var sigs []abi.Func
+	for _, sig := range abi.HostFunctions {
+		if sig.Since <= v {
+			sigs = append(sigs, sig)
+		}
+	}
+	return append(bindAll(sigs, proxyHandlers), emscriptenFunctions...)
+}
+
+func hostLog(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
+	if abi.LogLevel(a[0]) > abi.LogLevelCritical {
+		return abi.StatusBadArgument
 	}
 	msg, ok := vm.readString(a[1], a[2])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	vm.log(ctx, a[0], msg)
-	return statusOK
+	vm.log(ctx, abi.LogLevel(a[0]), msg)
+	return abi.StatusOK
 }
 
-func hostGetLogLevel(vm *vmInstance, ctx context.Context, a []uint32) status {
-	if !vm.putU32(a[0], vm.logLevel(ctx)) {
-		return statusInvalidMemoryAccess
+func hostGetLogLevel(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
+	if !vm.putU32(a[0], uint32(vm.logLevel(ctx))) {
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostGetStatus(vm *vmInstance, ctx context.Context, a []uint32) status {
+func hostGetStatus(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
 	if !vm.putU32(a[0], vm.callStatus) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	return vm.copyOutStatus(ctx, []byte(vm.callMessage), a[1], a[2])
 }
 
-func hostSetProperty(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostSetProperty(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	path, ok1 := vm.readString(a[0], a[1])
 	value, ok2 := vm.read(a[2], a[3])
 	if !ok1 || !ok2 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	s := vm.effective()
 	if s == nil {
-		return statusNotFound // no stream info on the root context
+		return abi.StatusNotFound // no stream info on the root context
 	}
 	if s.props == nil {
 		s.props = map[string][]byte{}
 	}
 	s.props[path] = append([]byte(nil), value...)
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostGetProperty(vm *vmInstance, ctx context.Context, a []uint32) status {
+func hostGetProperty(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
 	path, ok := vm.readString(a[0], a[1])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	v, st := vm.property(vm.effective(), path)
-	if st != statusOK {
+	if st != abi.StatusOK {
 		return st
 	}
 	return vm.copyOutStatus(ctx, v, a[2], a[3])
@@ -294,12 +340,12 @@ func hostGetProperty(vm *vmInstance, ctx context.Context, a []uint32) status {
 
 // hostSendLocalResponse defers the reply until the VM call returns
 // (Envoy's addAfterVmCallAction) and makes the running callback stop.
-func hostSendLocalResponse(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostSendLocalResponse(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	details, ok1 := vm.readString(a[1], a[2])
 	body, ok2 := vm.read(a[3], a[4])
 	hdrs, ok3 := vm.read(a[5], a[6])
 	if !ok1 || !ok2 || !ok3 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	headers := decodePairs(hdrs)
 	for i := range headers {
@@ -318,81 +364,81 @@ func hostSendLocalResponse(vm *vmInstance, _ context.Context, a []uint32) status
 		s.queue(func() { cb.SendLocalReply(code, bodyCopy, headers, details) })
 	}
 	vm.cur.stopIteration = true
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostGetSharedData(vm *vmInstance, ctx context.Context, a []uint32) status {
+func hostGetSharedData(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
 	key, ok := vm.readString(a[0], a[1])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	v, cas, found := shared.get(vm.f.cfg.VMID, key)
 	if !found {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	if !vm.copyOut(ctx, v, a[2], a[3]) || !vm.putU32(a[4], cas) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostSetSharedData(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostSetSharedData(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	key, ok1 := vm.readString(a[0], a[1])
 	value, ok2 := vm.read(a[2], a[3])
 	if !ok1 || !ok2 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	return shared.set(vm.f.cfg.VMID, key, value, a[4])
 }
 
 // hostRegisterQueue registers for the root context: on_queue_ready is
 // always delivered to a root context (a stream registers its parent).
-func hostRegisterQueue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostRegisterQueue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	name, ok := vm.readString(a[0], a[1])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	tok := shared.registerQueue(vm.f.cfg.VMID, name, vm, rootContextID)
 	if !vm.putU32(a[2], tok) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostResolveQueue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostResolveQueue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	vmID, ok1 := vm.readString(a[0], a[1])
 	name, ok2 := vm.readString(a[2], a[3])
 	if !ok1 || !ok2 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	if vmID == "" {
 		vmID = vm.f.cfg.VMID
 	}
 	tok, found := shared.resolveQueue(vmID, name)
 	if !found {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	if !vm.putU32(a[4], tok) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostDequeue(vm *vmInstance, ctx context.Context, a []uint32) status {
+func hostDequeue(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
 	v, st := shared.dequeue(a[0])
-	if st != statusOK {
+	if st != abi.StatusOK {
 		return st
 	}
 	return vm.copyOutStatus(ctx, v, a[1], a[2])
 }
 
-func hostEnqueue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostEnqueue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	v, ok := vm.read(a[1], a[2])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	owner, ownerID, st := shared.enqueue(a[0], v)
-	if st == statusOK && owner != nil {
+	if st == abi.StatusOK && owner != nil {
 		owner.queueReady(ownerID, a[0])
 	}
 	return st
@@ -401,14 +447,14 @@ func hostEnqueue(vm *vmInstance, _ context.Context, a []uint32) status {
 // --- header maps --------------------------------------------------------
 
 // constMap is Envoy's getConstMap: what the guest may read now.
-func (vm *vmInstance) constMap(t uint32) *httpfilter.Headers {
+func (vm *vmInstance) constMap(t abi.MapType) *httpfilter.Headers {
 	switch t {
-	case mapHTTPCallHeaders:
+	case abi.MapHttpCallResponseHeaders:
 		if vm.httpResp != nil {
 			return &vm.httpResp.Headers
 		}
 		return nil
-	case mapHTTPCallTrailers:
+	case abi.MapHttpCallResponseTrailers:
 		if vm.httpResp != nil {
 			return &vm.httpResp.Trailers
 		}
@@ -419,22 +465,22 @@ func (vm *vmInstance) constMap(t uint32) *httpfilter.Headers {
 		return nil
 	}
 	switch t {
-	case mapRequestHeaders:
+	case abi.MapHttpRequestHeaders:
 		if s.accessLogPhase {
 			return s.cb.RequestHeaders()
 		}
 		return s.reqHeaders
-	case mapRequestTrailers:
+	case abi.MapHttpRequestTrailers:
 		if s.accessLogPhase {
 			return nil
 		}
 		return s.reqTrailers
-	case mapResponseHeaders:
+	case abi.MapHttpResponseHeaders:
 		if s.accessLogPhase {
 			return s.cb.ResponseHeaders()
 		}
 		return s.respHeaders
-	case mapResponseTrailers:
+	case abi.MapHttpResponseTrailers:
 		if s.accessLogPhase {
 			return s.cb.ResponseTrailers()
 		}
@@ -444,27 +490,27 @@ func (vm *vmInstance) constMap(t uint32) *httpfilter.Headers {
 }
 
 // mutableMap is Envoy's getMap: only a stream's own maps, while held.
-func (vm *vmInstance) mutableMap(t uint32) (*httpfilter.Headers, *stream) {
+func (vm *vmInstance) mutableMap(t abi.MapType) (*httpfilter.Headers, *stream) {
 	s := vm.effective()
 	if s == nil {
 		return nil, nil
 	}
 	switch t {
-	case mapRequestHeaders:
+	case abi.MapHttpRequestHeaders:
 		return s.reqHeaders, s
-	case mapRequestTrailers:
+	case abi.MapHttpRequestTrailers:
 		return s.reqTrailers, s
-	case mapResponseHeaders:
+	case abi.MapHttpResponseHeaders:
 		return s.respHeaders, s
-	case mapResponseTrailers:
+	case abi.MapHttpResponseTrailers:
 		return s.respTrailers, s
 	}
 	return nil, nil
 }
 
 // headersModified: editing request headers clears the route cache.
-func headersModified(s *stream, t uint32) {
-	if t == mapRequestHeaders {
+func headersModified(s *stream, t abi.MapType) {
+	if t == abi.MapHttpRequestHeaders {
 		cb := s.cb
 		s.queue(cb.ClearRouteCache)
 	}
@@ -509,31 +555,31 @@ func replaceHeader(h *httpfilter.Headers, key, value string) {
 	}
 }
 
-func hostGetHeaderValue(vm *vmInstance, ctx context.Context, a []uint32) status {
-	if a[0] > mapMax {
-		return statusBadArgument
+func hostGetHeaderValue(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
+	if abi.MapType(a[0]) > abi.MapTypeMax {
+		return abi.StatusBadArgument
 	}
 	key, ok := vm.readString(a[1], a[2])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	h := vm.constMap(a[0])
+	h := vm.constMap(abi.MapType(a[0]))
 	if h == nil {
 		if s := vm.effective(); s != nil && s.accessLogPhase {
-			return statusNotFound
+			return abi.StatusNotFound
 		}
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	v, found := h.Get(key)
 	if !found {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	return vm.copyOutStatus(ctx, []byte(v), a[3], a[4])
 }
 
-func editHeaders(vm *vmInstance, a []uint32, withValue bool, edit func(h *httpfilter.Headers, k, v string)) status {
-	if a[0] > mapMax {
-		return statusBadArgument
+func editHeaders(vm *vmInstance, a []uint32, withValue bool, edit func(h *httpfilter.Headers, k, v string)) abi.Status {
+	if abi.MapType(a[0]) > abi.MapTypeMax {
+		return abi.StatusBadArgument
 	}
 	key, ok1 := vm.readString(a[1], a[2])
 	value, ok2 := "", true
@@ -541,73 +587,73 @@ func editHeaders(vm *vmInstance, a []uint32, withValue bool, edit func(h *httpfi
 		value, ok2 = vm.readString(a[3], a[4])
 	}
 	if !ok1 || !ok2 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	h, s := vm.mutableMap(a[0])
+	h, s := vm.mutableMap(abi.MapType(a[0]))
 	if h == nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	edit(h, key, value)
-	headersModified(s, a[0])
-	return statusOK
+	headersModified(s, abi.MapType(a[0]))
+	return abi.StatusOK
 }
 
-func hostAddHeaderValue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostAddHeaderValue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	return editHeaders(vm, a, true, addHeader)
 }
 
-func hostReplaceHeaderValue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostReplaceHeaderValue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	return editHeaders(vm, a, true, replaceHeader)
 }
 
-func hostRemoveHeaderValue(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostRemoveHeaderValue(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	return editHeaders(vm, a, false, func(h *httpfilter.Headers, k, _ string) { h.Del(k) })
 }
 
-func hostGetHeaderPairs(vm *vmInstance, ctx context.Context, a []uint32) status {
-	if a[0] > mapMax {
-		return statusBadArgument
+func hostGetHeaderPairs(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
+	if abi.MapType(a[0]) > abi.MapTypeMax {
+		return abi.StatusBadArgument
 	}
 	var data []byte
-	if h := vm.constMap(a[0]); h != nil && len(*h) > 0 {
+	if h := vm.constMap(abi.MapType(a[0])); h != nil && len(*h) > 0 {
 		data = encodePairs(*h)
 	}
 	return vm.copyOutStatus(ctx, data, a[1], a[2])
 }
 
-func hostSetHeaderPairs(vm *vmInstance, _ context.Context, a []uint32) status {
-	if a[0] > mapMax {
-		return statusBadArgument
+func hostSetHeaderPairs(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
+	if abi.MapType(a[0]) > abi.MapTypeMax {
+		return abi.StatusBadArgument
 	}
 	b, ok := vm.read(a[1], a[2])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	h, s := vm.mutableMap(a[0])
+	h, s := vm.mutableMap(abi.MapType(a[0]))
 	if h == nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	*h = (*h)[:0]
 	for _, e := range decodePairs(b) {
 		addHeader(h, e.Key, e.Value)
 	}
-	headersModified(s, a[0])
-	return statusOK
+	headersModified(s, abi.MapType(a[0]))
+	return abi.StatusOK
 }
 
 // hostGetHeaderSize reports Envoy's HeaderMap::byteSize (keys plus values).
-func hostGetHeaderSize(vm *vmInstance, _ context.Context, a []uint32) status {
-	if a[0] > mapMax {
-		return statusBadArgument
+func hostGetHeaderSize(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
+	if abi.MapType(a[0]) > abi.MapTypeMax {
+		return abi.StatusBadArgument
 	}
-	h, _ := vm.mutableMap(a[0])
+	h, _ := vm.mutableMap(abi.MapType(a[0]))
 	if h == nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	if !vm.putU32(a[1], uint32(headersByteSize(*h))) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 func headersByteSize(h httpfilter.Headers) int {
@@ -635,27 +681,27 @@ func (b *bufferRef) bytes() []byte {
 }
 
 // buffer is Envoy's Context::getBuffer; nil means NOT_FOUND.
-func (vm *vmInstance) buffer(t uint32) *bufferRef {
+func (vm *vmInstance) buffer(t abi.BufferType) *bufferRef {
 	switch t {
-	case bufHTTPRequestBody, bufHTTPResponseBody:
+	case abi.BufferHttpRequestBody, abi.BufferHttpResponseBody:
 		s := vm.effective()
 		if s == nil {
 			return &bufferRef{}
 		}
-		if t == bufHTTPRequestBody {
+		if t == abi.BufferHttpRequestBody {
 			return &bufferRef{live: s.reqBody}
 		}
 		return &bufferRef{live: s.respBody}
-	case bufDownstreamData, bufUpstreamData, bufGrpcReceive, bufCallData:
+	case abi.BufferDownstreamData, abi.BufferUpstreamData, abi.BufferGrpcReceiveBuffer, abi.BufferForeignFunctionArguments:
 		return &bufferRef{}
-	case bufHTTPCallResponse:
+	case abi.BufferHttpCallResponseBody:
 		if vm.httpResp == nil {
 			return nil
 		}
 		return &bufferRef{ro: vm.httpResp.Body}
-	case bufVMConfiguration:
+	case abi.BufferVMConfiguration:
 		return &bufferRef{ro: vm.f.cfg.VMConfiguration}
-	case bufPluginConfiguration:
+	case abi.BufferPluginConfiguration:
 		if !vm.pluginConfigVisible {
 			return nil
 		}
@@ -664,28 +710,28 @@ func (vm *vmInstance) buffer(t uint32) *bufferRef {
 	return nil
 }
 
-func hostGetBufferStatus(vm *vmInstance, _ context.Context, a []uint32) status {
-	if a[0] > bufMax {
-		return statusBadArgument
+func hostGetBufferStatus(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
+	if abi.BufferType(a[0]) > abi.BufferTypeMax {
+		return abi.StatusBadArgument
 	}
-	b := vm.buffer(a[0])
+	b := vm.buffer(abi.BufferType(a[0]))
 	if b == nil {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	if !vm.putU32(a[1], uint32(len(b.bytes()))) || !vm.putU32(a[2], 0) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 // hostGetBufferBytes clamps start/length to the buffer ("don't overread").
-func hostGetBufferBytes(vm *vmInstance, ctx context.Context, a []uint32) status {
-	if a[0] > bufMax {
-		return statusBadArgument
+func hostGetBufferBytes(vm *vmInstance, ctx context.Context, a []uint32) abi.Status {
+	if abi.BufferType(a[0]) > abi.BufferTypeMax {
+		return abi.StatusBadArgument
 	}
-	b := vm.buffer(a[0])
+	b := vm.buffer(abi.BufferType(a[0]))
 	if b == nil {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	data := b.bytes()
 	start, length := uint64(a[1]), uint64(a[2])
@@ -697,9 +743,9 @@ func hostGetBufferBytes(vm *vmInstance, ctx context.Context, a []uint32) status 
 	}
 	if length == 0 {
 		if !vm.putU32(a[3], 0) || !vm.putU32(a[4], 0) {
-			return statusInvalidMemoryAccess
+			return abi.StatusInvalidMemoryAccess
 		}
-		return statusOK
+		return abi.StatusOK
 	}
 	return vm.copyOutStatus(ctx, data[start:start+length], a[3], a[4])
 }
@@ -708,20 +754,20 @@ func hostGetBufferBytes(vm *vmInstance, ctx context.Context, a []uint32) status 
 // min(length, size) bytes then prepends (so 0,0 prepends and 0,>=size
 // replaces everything); start>=size appends; anything else, or a
 // read-only buffer, is BAD_ARGUMENT.
-func hostSetBufferBytes(vm *vmInstance, _ context.Context, a []uint32) status {
-	if a[0] > bufMax {
-		return statusBadArgument
+func hostSetBufferBytes(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
+	if abi.BufferType(a[0]) > abi.BufferTypeMax {
+		return abi.StatusBadArgument
 	}
-	b := vm.buffer(a[0])
+	b := vm.buffer(abi.BufferType(a[0]))
 	if b == nil {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	data, ok := vm.read(a[3], a[4])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	if b.live == nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	cur := b.live.Bytes
 	start, length := a[1], a[2]
@@ -734,30 +780,30 @@ func hostSetBufferBytes(vm *vmInstance, _ context.Context, a []uint32) status {
 	case uint64(start) >= uint64(len(cur)):
 		b.live.Bytes = append(cur, data...)
 	default:
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 // --- http calls ---------------------------------------------------------
 
-func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	cluster, ok1 := vm.readString(a[0], a[1])
 	hdrs, ok2 := vm.read(a[2], a[3])
 	body, ok3 := vm.read(a[4], a[5])
 	trl, ok4 := vm.read(a[6], a[7])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	if !vm.putU32(a[9], 0) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	timeoutMS := int32(a[8])
 	if timeoutMS < 0 {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	if cc, ok := vm.f.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	var headers httpfilter.Headers
 	for _, e := range decodePairs(hdrs) {
@@ -765,7 +811,7 @@ func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) status {
 	}
 	for _, required := range []string{":path", ":method", ":authority"} {
 		if _, ok := headers.Get(required); !ok {
-			return statusBadArgument
+			return abi.StatusBadArgument
 		}
 	}
 	if len(body) > 0 {
@@ -779,47 +825,47 @@ func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) status {
 	token := vm.nextCallID
 	vm.dispatchHTTPCall(token, cluster, headers, append([]byte(nil), body...), trailers, time.Duration(timeoutMS)*time.Millisecond)
 	vm.putU32(a[9], token)
-	return statusOK
+	return abi.StatusOK
 }
 
 // hostGrpcOpen: gRPC callouts are not supported; an unknown cluster gets
 // Envoy's PARSE_FAILURE, a known one INTERNAL_FAILURE (failed to send).
-func hostGrpcOpen(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostGrpcOpen(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	cluster, ok := vm.readString(a[0], a[1])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	if cc, ok := vm.f.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
-		return statusParseFailure
+		return abi.StatusParseFailure
 	}
-	return statusInternalFailure
+	return abi.StatusInternalFailure
 }
 
-func hostGrpcToken(_ *vmInstance, _ context.Context, a []uint32) status {
+func hostGrpcToken(_ *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if t := a[0] & 3; t == 1 || t == 2 {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
-	return statusBadArgument
+	return abi.StatusBadArgument
 }
 
 // --- timers, time, metrics ----------------------------------------------
 
-func hostSetTick(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostSetTick(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	vm.setTick(time.Duration(a[0]) * time.Millisecond)
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostGetTime(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostGetTime(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if !vm.putU64(a[0], uint64(time.Now().UnixNano())) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostDefineMetric(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostDefineMetric(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	name, ok := vm.readString(a[1], a[2])
 	if !ok {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
 	var id uint32
 	switch httpfilter.MetricKind(a[0]) {
@@ -833,13 +879,13 @@ func hostDefineMetric(vm *vmInstance, _ context.Context, a []uint32) status {
 		vm.nextHistogram += metricIDIncrement
 		id = vm.nextHistogram
 	default:
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	vm.metrics[id] = vm.f.stats().Define(httpfilter.MetricKind(a[0]), name)
 	if !vm.putU32(a[3], id) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 func hostIncrementMetric(vm *vmInstance, _ context.Context, st []uint64) {
@@ -847,14 +893,14 @@ func hostIncrementMetric(vm *vmInstance, _ context.Context, st []uint64) {
 	m, kind := vm.metrics[id], httpfilter.MetricKind(id&metricTypeMask)
 	switch {
 	case kind != httpfilter.MetricCounter && kind != httpfilter.MetricGauge:
-		st[0] = uint64(statusBadArgument)
+		st[0] = uint64(abi.StatusBadArgument)
 	case m == nil:
-		st[0] = uint64(statusNotFound)
+		st[0] = uint64(abi.StatusNotFound)
 	case kind == httpfilter.MetricCounter && delta <= 0:
-		st[0] = uint64(statusBadArgument)
+		st[0] = uint64(abi.StatusBadArgument)
 	default:
 		m.Add(delta)
-		st[0] = uint64(statusOK)
+		st[0] = uint64(abi.StatusOK)
 	}
 }
 
@@ -864,7 +910,7 @@ func hostRecordMetric(vm *vmInstance, _ context.Context, st []uint64) {
 	id, v := uint32(st[0]), st[1]
 	m := vm.metrics[id]
 	if m == nil {
-		st[0] = uint64(statusNotFound)
+		st[0] = uint64(abi.StatusNotFound)
 		return
 	}
 	if httpfilter.MetricKind(id&metricTypeMask) == httpfilter.MetricCounter {
@@ -872,55 +918,55 @@ func hostRecordMetric(vm *vmInstance, _ context.Context, st []uint64) {
 	} else {
 		m.Set(int64(v))
 	}
-	st[0] = uint64(statusOK)
+	st[0] = uint64(abi.StatusOK)
 }
 
-func hostGetMetric(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostGetMetric(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	kind := httpfilter.MetricKind(a[0] & metricTypeMask)
 	if kind != httpfilter.MetricCounter && kind != httpfilter.MetricGauge {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	m := vm.metrics[a[0]]
 	if m == nil {
-		return statusNotFound
+		return abi.StatusNotFound
 	}
 	if !vm.putU64(a[1], uint64(m.Value())) {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusOK
+	return abi.StatusOK
 }
 
 // --- contexts and streams -----------------------------------------------
 
-func hostSetEffectiveContext(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostSetEffectiveContext(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if a[0] != rootContextID && vm.streams[a[0]] == nil {
-		return statusBadArgument
+		return abi.StatusBadArgument
 	}
 	vm.cur.effective = a[0]
-	return statusOK
+	return abi.StatusOK
 }
 
-func hostCallForeign(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostCallForeign(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	_, ok1 := vm.read(a[0], a[1])
 	_, ok2 := vm.read(a[2], a[3])
 	if !ok1 || !ok2 {
-		return statusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return statusNotFound
+	return abi.StatusNotFound
 }
 
 // hostContinueStream defers Continue{De,En}coding until the VM call
 // returns and, like Envoy, forgets the request-side maps.
-func hostContinueStream(vm *vmInstance, _ context.Context, a []uint32) status {
+func hostContinueStream(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	s := vm.effective()
-	switch a[0] {
-	case streamRequest, streamResponse:
+	switch abi.StreamType(a[0]) {
+	case abi.StreamHttpRequest, abi.StreamHttpResponse:
 		if s == nil {
-			return statusOK
+			return abi.StatusOK
 		}
 		if !s.completed {
 			cb := s.cb
-			if a[0] == streamRequest {
+			if abi.StreamType(a[0]) == abi.StreamHttpRequest {
 				s.queue(cb.ContinueDecoding)
 			} else {
 				s.queue(cb.ContinueEncoding)
@@ -930,21 +976,21 @@ func hostContinueStream(vm *vmInstance, _ context.Context, a []uint32) status {
 		if !s.bufferingReq {
 			s.reqBody = nil
 		}
-		return statusOK
-	case streamDownstream:
-		return statusOK
-	case streamUpstream:
-		return statusUnimplemented
+		return abi.StatusOK
+	case abi.StreamDownstream:
+		return abi.StatusOK
+	case abi.StreamUpstream:
+		return abi.StatusUnimplemented
 	}
-	return statusBadArgument
+	return abi.StatusBadArgument
 }
 
-func hostCloseStream(vm *vmInstance, _ context.Context, a []uint32) status {
-	if a[0] > streamUpstream {
-		return statusBadArgument
+func hostCloseStream(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
+	if abi.StreamType(a[0]) > abi.StreamUpstream {
+		return abi.StatusBadArgument
 	}
 	s := vm.effective()
-	if s != nil && !s.completed && (a[0] == streamRequest || a[0] == streamResponse) {
+	if s != nil && !s.completed && (abi.StreamType(a[0]) == abi.StreamHttpRequest || abi.StreamType(a[0]) == abi.StreamHttpResponse) {
 		cb := s.cb
 		s.queue(func() {
 			if info := cb.Info(); info != nil && info.ResponseDetails == "" {
@@ -953,5 +999,5 @@ func hostCloseStream(vm *vmInstance, _ context.Context, a []uint32) status {
 			cb.ResetStream()
 		})
 	}
-	return statusOK
+	return abi.StatusOK
 }

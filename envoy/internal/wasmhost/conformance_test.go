@@ -424,6 +424,18 @@ func TestProperties(t *testing.T) {
 		"listener_direction":    "0 " + le64(0),
 		"no.such":               "1 ",
 		"my_key":                "0 " + hexs("my-value"),
+		// Table boundaries: a bare map is SERIALIZATION_FAILURE, an unknown
+		// or over-long path NOT_FOUND.
+		"request":          "3 ",
+		"upstream":         "3 ",
+		"xds":              "3 ",
+		"connection_id":    "0 " + le64(42),
+		"request.path.x":   "1 ",
+		"connection.nope":  "1 ",
+		"upstream.address": "1 ",
+		"plugin_name.x":    "1 ",
+		"connection.mtls":  "0 00",
+		"xds.nope":         "1 ",
 	}
 	for path, v := range want {
 		h.logs.expect(t, "prop req "+path+" "+v)
@@ -667,6 +679,7 @@ func TestModuleRejected(t *testing.T) {
 	}{
 		{"missing wasi import", "wasiextra", "", ProfileEnvoy138, "wasi_snapshot_preview1.fd_filestat_get"},
 		{"no abi version", "noabi", "", "", "ABI version"},
+		{"callback signature", "badsig", "", "", "Bad function signature for: proxy_on_vm_start"},
 		{"configure false", "conformance", "fail-configure", "", "Unable to configure"},
 		{"restricted call in _initialize", "initcall", "", "", "restricted_callback"},
 		{"bad profile", "conformance", "", "v8", "unknown WASI profile"},
@@ -698,6 +711,7 @@ func TestModuleRejected(t *testing.T) {
 func TestLatestProfileHasExtraWASI(t *testing.T) {
 	h := newHarness(t, "", withCode("wasiextra"), withProfile(ProfileEnvoyLatest))
 	h.logs.expect(t, "filestat 8") // EBADF
+	h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
 }
 
 func TestCompilationCacheDir(t *testing.T) {

@@ -5,7 +5,9 @@
 // Layout: factory.go (module validation, worker VMs, lifecycle), vm.go (one
 // VM instance: calls, faults, ticks, http calls), filter.go (the per-stream
 // httpfilter.Filter), abi.go (the "env" host functions), wasi.go (the WASI
-// profiles), properties.go, shared.go (shared data and queues), pairs.go.
+// profiles), properties.go, shared.go (shared data and queues), pairs.go
+// and consts.go. Names, signatures and ABI numbers come from the shared
+// catalogue, internal/proxywasmabi.
 package wasmhost
 
 import (
@@ -21,6 +23,9 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
@@ -29,14 +34,6 @@ import (
 const (
 	ProfileEnvoy138    = "envoy-1.38"
 	ProfileEnvoyLatest = "envoy-latest"
-)
-
-// abiVersion is the proxy-wasm ABI a module advertises.
-type abiVersion int
-
-const (
-	abi020 abiVersion = iota + 1
-	abi021
 )
 
 // reloadBackoff bounds how often a crashed worker VM is re-created, so a
@@ -77,7 +74,7 @@ type Factory struct {
 	cfg     httpfilter.WasmConfig
 	env     httpfilter.Env
 	code    []byte
-	abi     abiVersion
+	abi     abi.Version
 	profile string
 	rtCfg   wazero.RuntimeConfig
 	logger  *slog.Logger
@@ -202,20 +199,27 @@ func (f *Factory) validate() error {
 func (f *Factory) checkModule(cm wazero.CompiledModule) error {
 	exports := cm.ExportedFunctions()
 	switch {
-	case exports["proxy_abi_version_0_2_1"] != nil:
-		f.abi = abi021
-	case exports["proxy_abi_version_0_2_0"] != nil:
-		f.abi = abi020
-	case exports["proxy_abi_version_0_1_0"] != nil:
-		return errors.New("wasm: module advertises proxy_abi_version_0_1_0; only 0_2_0 and 0_2_1 are supported")
+	case exports[abi.V021.Marker()] != nil:
+		f.abi = abi.V021
+	case exports[abi.V020.Marker()] != nil:
+		f.abi = abi.V020
+	case exports[abi.V010.Marker()] != nil:
+		return fmt.Errorf("wasm: module advertises %s; only 0_2_0 and 0_2_1 are supported", abi.V010.Marker())
 	default:
-		return errors.New("wasm: Missing or unknown Proxy-Wasm ABI version (module exports neither proxy_abi_version_0_2_0 nor proxy_abi_version_0_2_1)")
+		return fmt.Errorf("wasm: Missing or unknown Proxy-Wasm ABI version (module exports neither %s nor %s)", abi.V020.Marker(), abi.V021.Marker())
 	}
 	if _, ok := cm.ExportedMemories()["memory"]; !ok {
 		return errors.New("wasm: module does not export its memory as \"memory\"")
 	}
 	if exports["malloc"] == nil && exports["proxy_on_memory_allocate"] == nil {
 		return errors.New("wasm: module exports neither proxy_on_memory_allocate nor malloc")
+	}
+	// cpp-host looks every callback up with its signature and fails the VM
+	// on a mismatch ("Bad function signature").
+	for _, cb := range abi.GuestCallbacks {
+		if fn := exports[cb.Name]; fn != nil && !cb.SameSignature(catalogueTypes(fn.ParamTypes()), catalogueTypes(fn.ResultTypes())) {
+			return fmt.Errorf("wasm: Bad function signature for: %s", cb.Name)
+		}
 	}
 	avail := f.availableImports()
 	var missing []string
@@ -231,16 +235,24 @@ func (f *Factory) checkModule(cm wazero.CompiledModule) error {
 	return nil
 }
 
+func catalogueTypes(ts []api.ValueType) []abi.ValueType {
+	out := make([]abi.ValueType, len(ts))
+	for i, t := range ts {
+		out[i] = abi.ValueType(t)
+	}
+	return out
+}
+
 // availableImports lists module.name of every host function for this
 // factory's ABI version and WASI profile.
 func (f *Factory) availableImports() map[string]bool {
 	m := map[string]bool{}
 	for _, h := range envFunctions(f.abi) {
-		m["env."+h.name] = true
+		m[abi.ModuleEnv+"."+h.sig.Name] = true
 	}
 	for _, h := range wasiFunctions(f.profile) {
-		m["wasi_snapshot_preview1."+h.name] = true
-		m["wasi_unstable."+h.name] = true
+		m[abi.ModuleWASI+"."+h.sig.Name] = true
+		m[abi.ModuleWASIUnstable+"."+h.sig.Name] = true
 	}
 	return m
 }

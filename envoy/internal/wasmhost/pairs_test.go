@@ -2,33 +2,43 @@ package wasmhost
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
-func TestPairsRoundTrip(t *testing.T) {
+func TestDecodePairsLimits(t *testing.T) {
 	h := httpfilter.Headers{{Key: "a", Value: "1"}, {Key: "b", Value: "22"}}
-	b := encodePairs(h)
-	// The spec's example: {"a": "1"}, {"b": "22"}.
-	want := []byte{2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 'a', 0, '1', 0, 'b', 0, '2', '2', 0}
-	if !bytes.Equal(b, want) {
-		t.Fatalf("encode = %v", b)
+	if got := decodePairs(encodePairs(h)); len(got) != 2 || got[0] != h[0] || got[1] != h[1] {
+		t.Fatalf("round trip = %v", got)
 	}
-	got := decodePairs(b)
-	if len(got) != 2 || got[0] != h[0] || got[1] != h[1] {
-		t.Fatalf("decode = %v", got)
+	var many httpfilter.Headers
+	for i := range abi.MaxPairsCount + 1 {
+		many = append(many, httpfilter.Header{Key: fmt.Sprint("k", i), Value: "v"})
 	}
-	for _, bad := range [][]byte{nil, {1, 0, 0}, append(append([]byte(nil), b...), 0), b[:len(b)-1], {0xff, 0xff, 0, 0}} {
-		if d := decodePairs(bad); len(d) != 0 {
-			t.Errorf("decodePairs(%v) = %v, want empty", bad, d)
+	if got := decodePairs(encodePairs(many)); len(got) != 0 {
+		t.Errorf("%d pairs accepted; cpp-host's limit is %d", len(got), abi.MaxPairsCount)
+	}
+	if got := decodePairs(encodePairs(many[:abi.MaxPairsCount])); len(got) != abi.MaxPairsCount {
+		t.Errorf("%d pairs at the limit decoded as %d", abi.MaxPairsCount, len(got))
+	}
+	big := encodePairs(httpfilter.Headers{{Key: "k", Value: string(bytes.Repeat([]byte("v"), abi.MaxPairsBytes))}})
+	if got := decodePairs(big); len(got) != 0 {
+		t.Error("a map over 1 MiB was accepted")
+	}
+	good := encodePairs(h)
+	for _, bad := range [][]byte{{1, 0, 0}, append(append([]byte(nil), good...), 0), good[:len(good)-1]} {
+		if got := decodePairs(bad); len(got) != 0 {
+			t.Errorf("decodePairs(%v) = %v, want empty", bad, got)
 		}
 	}
 }
 
-func FuzzDecodePairs(f *testing.F) {
+func FuzzHostDecodePairs(f *testing.F) {
 	f.Add(encodePairs(httpfilter.Headers{{Key: "a", Value: "1"}, {Key: "b", Value: "22"}}))
-	f.Add(encodePairs(nil))
 	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {

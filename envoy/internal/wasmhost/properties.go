@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -27,92 +29,117 @@ func propBool(v bool) []byte {
 // property answers proxy_get_property for the common Envoy attribute paths
 // (SPEC §13). Path segments are NUL-separated ("request\x00path"). s is nil
 // for the root context, which has no stream info.
-func (vm *vmInstance) property(s *stream, path string) ([]byte, status) {
-	parts := strings.Split(strings.TrimSuffix(path, "\x00"), "\x00")
+func (vm *vmInstance) property(s *stream, path string) ([]byte, abi.Status) {
+	parts := abi.SplitPropertyPath(path)
 	if len(parts) == 0 || parts[0] == "" {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	top, rest := parts[0], parts[1:]
-	leaf := func(v []byte, ok bool) ([]byte, status) {
-		if !ok || len(rest) > 1 {
-			return nil, statusNotFound
-		}
-		return v, statusOK
-	}
-	cfg := vm.f.cfg
-	switch top {
-	case "plugin_name":
-		return leaf([]byte(cfg.PluginName), len(rest) == 0)
-	case "plugin_root_id":
-		return leaf([]byte(cfg.RootID), len(rest) == 0)
-	case "plugin_vm_id":
-		return leaf([]byte(cfg.VMID), len(rest) == 0)
-	case "xds":
-		if len(rest) == 0 {
-			return nil, statusSerializationFailure
-		}
-		return vm.xdsProperty(s, rest[0], rest[1:])
-	case "node", "cluster_name", "route_name", "listener_direction":
-		// Pre-xds top-level names, kept for older plugins.
-		return vm.xdsProperty(s, top, rest)
+	if fn, ok := pluginProperties[top]; ok {
+		return fn(propQuery{vm: vm, s: s, top: top, rest: rest})
 	}
 	var info *httpfilter.StreamInfo
 	if s != nil {
 		info = s.cb.Info()
 	}
-	if info == nil {
-		if v, ok := s.customProperty(top, rest); ok {
-			return v, statusOK
+	fields, isMap := streamProperties[top]
+	switch {
+	case info == nil:
+	case len(rest) == 0 && isMap:
+		return nil, abi.StatusSerializationFailure // a map wrapper, not a value
+	case len(rest) == 0 && top == "connection_id":
+		return propUint(info.ConnectionID), abi.StatusOK
+	case isMap:
+		fn, ok := fields[rest[0]]
+		if !ok {
+			return nil, abi.StatusNotFound
 		}
-		return nil, statusNotFound
-	}
-	if len(rest) == 0 {
-		switch top {
-		case "request", "response", "connection", "source", "destination", "upstream":
-			return nil, statusSerializationFailure // a map wrapper, not a value
-		case "connection_id":
-			return propUint(info.ConnectionID), statusOK
-		}
-		if v, ok := s.customProperty(top, nil); ok {
-			return v, statusOK
-		}
-		return nil, statusNotFound
-	}
-	field := rest[0]
-	switch top {
-	case "request":
-		return s.requestProperty(info, field, rest[1:])
-	case "response":
-		return s.responseProperty(info, field, rest[1:])
-	case "connection":
-		switch field {
-		case "id":
-			return leaf(propUint(info.ConnectionID), true)
-		case "mtls":
-			return leaf(propBool(false), true)
-		case "requested_server_name":
-			return leaf(nil, true)
-		}
-		return nil, statusNotFound
-	case "source", "destination":
-		addr := info.SourceAddress
-		if top == "destination" {
-			addr = info.DestinationAddr
-		}
-		switch field {
-		case "address":
-			return leaf([]byte(addr), addr != "")
-		case "port":
-			_, p, err := net.SplitHostPort(addr)
-			port, err2 := strconv.Atoi(p)
-			return leaf(propInt(int64(port)), err == nil && err2 == nil)
-		}
-		return nil, statusNotFound
+		return fn(propQuery{vm: vm, s: s, info: info, top: top, rest: rest[1:]})
 	}
 	if v, ok := s.customProperty(top, rest); ok {
-		return v, statusOK
+		return v, abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
+}
+
+// propQuery is one lookup: top is the path's first segment and rest what
+// follows the segment the table matched.
+type propQuery struct {
+	vm   *vmInstance
+	s    *stream
+	info *httpfilter.StreamInfo // nil for pluginProperties
+	top  string
+	rest []string
+}
+
+type propFunc func(q propQuery) ([]byte, abi.Status)
+
+// leaf is a property that takes no further path segments.
+func leaf(fn func(q propQuery) ([]byte, abi.Status)) propFunc {
+	return func(q propQuery) ([]byte, abi.Status) {
+		if len(q.rest) > 0 {
+			return nil, abi.StatusNotFound
+		}
+		return fn(q)
+	}
+}
+
+func found(v []byte, ok bool) ([]byte, abi.Status) {
+	if !ok {
+		return nil, abi.StatusNotFound
+	}
+	return v, abi.StatusOK
+}
+
+// pluginProperties answer on any context, stream or not.
+var pluginProperties = map[string]propFunc{
+	"plugin_name":    leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.PluginName), abi.StatusOK }),
+	"plugin_root_id": leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.RootID), abi.StatusOK }),
+	"plugin_vm_id":   leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.VMID), abi.StatusOK }),
+	"xds": func(q propQuery) ([]byte, abi.Status) {
+		if len(q.rest) == 0 {
+			return nil, abi.StatusSerializationFailure
+		}
+		return q.vm.xdsProperty(q.s, q.rest[0], q.rest[1:])
+	},
+	// Pre-xds top-level names, kept for older plugins.
+	"node":               preXDS,
+	"cluster_name":       preXDS,
+	"route_name":         preXDS,
+	"listener_direction": preXDS,
+}
+
+func preXDS(q propQuery) ([]byte, abi.Status) { return q.vm.xdsProperty(q.s, q.top, q.rest) }
+
+// streamProperties are the maps of stream attributes, by field. A bare
+// map name is SERIALIZATION_FAILURE; an unknown field NOT_FOUND.
+var streamProperties = map[string]map[string]propFunc{
+	"request":     requestProperties,
+	"response":    responseProperties,
+	"connection":  connectionProperties,
+	"source":      addressProperties(func(i *httpfilter.StreamInfo) string { return i.SourceAddress }),
+	"destination": addressProperties(func(i *httpfilter.StreamInfo) string { return i.DestinationAddr }),
+	"upstream":    {},
+}
+
+var connectionProperties = map[string]propFunc{
+	"id":                    leaf(func(q propQuery) ([]byte, abi.Status) { return propUint(q.info.ConnectionID), abi.StatusOK }),
+	"mtls":                  leaf(func(propQuery) ([]byte, abi.Status) { return propBool(false), abi.StatusOK }),
+	"requested_server_name": leaf(func(propQuery) ([]byte, abi.Status) { return nil, abi.StatusOK }),
+}
+
+func addressProperties(addr func(*httpfilter.StreamInfo) string) map[string]propFunc {
+	return map[string]propFunc{
+		"address": leaf(func(q propQuery) ([]byte, abi.Status) {
+			a := addr(q.info)
+			return found([]byte(a), a != "")
+		}),
+		"port": leaf(func(q propQuery) ([]byte, abi.Status) {
+			_, p, err := net.SplitHostPort(addr(q.info))
+			port, err2 := strconv.Atoi(p)
+			return found(propInt(int64(port)), err == nil && err2 == nil)
+		}),
+	}
 }
 
 // customProperty is a value stored by proxy_set_property (Envoy keeps it as
@@ -159,16 +186,16 @@ func (s *stream) activeResponseTrailers() *httpfilter.Headers {
 
 // headerMapProperty serves "<x>.headers" (the whole map as pairs) and
 // "<x>.headers.<name>" (all values joined by ",").
-func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, status) {
+func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, abi.Status) {
 	switch len(rest) {
 	case 0:
 		if h == nil {
-			return encodePairs(nil), statusOK
+			return encodePairs(nil), abi.StatusOK
 		}
-		return encodePairs(*h), statusOK
+		return encodePairs(*h), abi.StatusOK
 	case 1:
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		key := strings.ToLower(rest[0])
 		var vals []string
@@ -178,179 +205,141 @@ func headerMapProperty(h *httpfilter.Headers, rest []string) ([]byte, status) {
 			}
 		}
 		if len(vals) == 0 {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
-		return []byte(strings.Join(vals, ",")), statusOK
+		return []byte(strings.Join(vals, ",")), abi.StatusOK
 	}
-	return nil, statusNotFound
+	return nil, abi.StatusNotFound
 }
 
-func (s *stream) requestProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, status) {
-	h := s.activeRequestHeaders()
-	if field == "headers" {
-		return headerMapProperty(h, rest)
-	}
-	if len(rest) > 0 {
-		return nil, statusNotFound
-	}
-	header := func(name string) ([]byte, status) {
+// requestHeader is a request field read from a request header.
+func requestHeader(name string) propFunc {
+	return leaf(func(q propQuery) ([]byte, abi.Status) {
+		h := q.s.activeRequestHeaders()
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		v, ok := h.Get(name)
-		if !ok {
-			return nil, statusNotFound
-		}
-		return []byte(v), statusOK
-	}
-	switch field {
-	case "path":
-		return header(":path")
-	case "url_path", "query":
+		return found([]byte(v), ok)
+	})
+}
+
+// requestPath serves url_path (the path without the query) and query.
+func requestPath(query bool) propFunc {
+	return leaf(func(q propQuery) ([]byte, abi.Status) {
+		h := q.s.activeRequestHeaders()
 		if h == nil {
-			return nil, statusNotFound
+			return nil, abi.StatusNotFound
 		}
 		p, _ := h.Get(":path")
 		before, after, hasQuery := strings.Cut(p, "?")
-		if field == "url_path" {
-			return []byte(before), statusOK
+		if !query {
+			return []byte(before), abi.StatusOK
 		}
 		if !hasQuery {
-			return []byte{}, statusOK
+			return []byte{}, abi.StatusOK
 		}
-		q, _, _ := strings.Cut(after, "#")
-		return []byte(q), statusOK
-	case "host":
-		return header(":authority")
-	case "scheme":
-		return header(":scheme")
-	case "method":
-		return header(":method")
-	case "referer":
-		return header("referer")
-	case "useragent":
-		return header("user-agent")
-	case "id":
-		return header("x-request-id")
-	case "protocol":
-		if info.Protocol == "" {
-			return nil, statusNotFound
-		}
-		return []byte(info.Protocol), statusOK
-	case "time":
-		return propInt(info.StartTime.UnixNano()), statusOK
-	case "duration":
-		if !s.accessLogPhase || info.StartTime.IsZero() {
-			return nil, statusNotFound
-		}
-		return propInt(int64(time.Since(info.StartTime))), statusOK
-	case "size":
-		if h != nil {
-			if cl, ok := h.Get("content-length"); ok {
-				n, err := strconv.ParseInt(cl, 10, 64)
-				if err != nil {
-					return nil, statusNotFound
-				}
-				return propInt(n), statusOK
-			}
-		}
-		return propInt(info.RequestSize), statusOK
-	case "total_size":
-		n := info.RequestSize
-		if h != nil {
-			n += int64(headersByteSize(*h))
-		}
-		return propInt(n), statusOK
-	case "headers_bytes":
-		if h == nil {
-			return propInt(0), statusOK
-		}
-		return propInt(int64(headersByteSize(*h))), statusOK
-	}
-	return nil, statusNotFound
+		v, _, _ := strings.Cut(after, "#")
+		return []byte(v), abi.StatusOK
+	})
 }
 
-func (s *stream) responseProperty(info *httpfilter.StreamInfo, field string, rest []string) ([]byte, status) {
-	h, t := s.activeResponseHeaders(), s.activeResponseTrailers()
-	switch field {
-	case "headers":
-		return headerMapProperty(h, rest)
-	case "trailers":
-		return headerMapProperty(t, rest)
+// headersBytes is a map's Envoy byteSize, 0 when there is none.
+func headersBytes(h *httpfilter.Headers) int64 {
+	if h == nil {
+		return 0
 	}
-	if len(rest) > 0 {
-		return nil, statusNotFound
-	}
-	switch field {
-	case "code":
-		if info.ResponseCode == 0 {
-			return nil, statusNotFound
+	return int64(headersByteSize(*h))
+}
+
+var requestProperties = map[string]propFunc{
+	"headers":   func(q propQuery) ([]byte, abi.Status) { return headerMapProperty(q.s.activeRequestHeaders(), q.rest) },
+	"path":      requestHeader(":path"),
+	"url_path":  requestPath(false),
+	"query":     requestPath(true),
+	"host":      requestHeader(":authority"),
+	"scheme":    requestHeader(":scheme"),
+	"method":    requestHeader(":method"),
+	"referer":   requestHeader("referer"),
+	"useragent": requestHeader("user-agent"),
+	"id":        requestHeader("x-request-id"),
+	"protocol": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return found([]byte(q.info.Protocol), q.info.Protocol != "")
+	}),
+	"time": leaf(func(q propQuery) ([]byte, abi.Status) { return propInt(q.info.StartTime.UnixNano()), abi.StatusOK }),
+	"duration": leaf(func(q propQuery) ([]byte, abi.Status) {
+		ok := q.s.accessLogPhase && !q.info.StartTime.IsZero()
+		return found(propInt(int64(time.Since(q.info.StartTime))), ok)
+	}),
+	"size": leaf(func(q propQuery) ([]byte, abi.Status) {
+		if h := q.s.activeRequestHeaders(); h != nil {
+			if cl, ok := h.Get("content-length"); ok {
+				n, err := strconv.ParseInt(cl, 10, 64)
+				return found(propInt(n), err == nil)
+			}
 		}
-		return propInt(int64(info.ResponseCode)), statusOK
-	case "code_details":
-		if info.ResponseDetails == "" {
-			return nil, statusNotFound
-		}
-		return []byte(info.ResponseDetails), statusOK
-	case "size":
-		return propInt(info.ResponseSize), statusOK
-	case "total_size":
-		n := info.ResponseSize
-		if h != nil {
-			n += int64(headersByteSize(*h))
-		}
-		if t != nil {
-			n += int64(headersByteSize(*t))
-		}
-		return propInt(n), statusOK
-	case "flags":
-		return propInt(0), statusOK
-	case "headers_bytes":
-		if h == nil {
-			return propInt(0), statusOK
-		}
-		return propInt(int64(headersByteSize(*h))), statusOK
-	}
-	return nil, statusNotFound
+		return propInt(q.info.RequestSize), abi.StatusOK
+	}),
+	"total_size": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return propInt(q.info.RequestSize + headersBytes(q.s.activeRequestHeaders())), abi.StatusOK
+	}),
+	"headers_bytes": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return propInt(headersBytes(q.s.activeRequestHeaders())), abi.StatusOK
+	}),
+}
+
+var responseProperties = map[string]propFunc{
+	"headers":  func(q propQuery) ([]byte, abi.Status) { return headerMapProperty(q.s.activeResponseHeaders(), q.rest) },
+	"trailers": func(q propQuery) ([]byte, abi.Status) { return headerMapProperty(q.s.activeResponseTrailers(), q.rest) },
+	"code": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return found(propInt(int64(q.info.ResponseCode)), q.info.ResponseCode != 0)
+	}),
+	"code_details": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return found([]byte(q.info.ResponseDetails), q.info.ResponseDetails != "")
+	}),
+	"size": leaf(func(q propQuery) ([]byte, abi.Status) { return propInt(q.info.ResponseSize), abi.StatusOK }),
+	"total_size": leaf(func(q propQuery) ([]byte, abi.Status) {
+		n := q.info.ResponseSize + headersBytes(q.s.activeResponseHeaders()) + headersBytes(q.s.activeResponseTrailers())
+		return propInt(n), abi.StatusOK
+	}),
+	"flags": leaf(func(propQuery) ([]byte, abi.Status) { return propInt(0), abi.StatusOK }),
+	"headers_bytes": leaf(func(q propQuery) ([]byte, abi.Status) {
+		return propInt(headersBytes(q.s.activeResponseHeaders())), abi.StatusOK
+	}),
 }
 
 // xdsProperty serves xds.node (a serialized config.core.v3.Node with id and
-// cluster), xds.node.{id,cluster}, xds.cluster_name, xds.route_name and
-// xds.listener_direction.
-func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, status) {
+// cluster), xds.node.{id,cluster}, and the per-stream xds fields.
+func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, abi.Status) {
 	env := vm.f.env
 	if field == "node" {
 		switch {
 		case len(rest) == 0:
-			return marshalNode(env.NodeID, env.NodeCluster), statusOK
+			return marshalNode(env.NodeID, env.NodeCluster), abi.StatusOK
 		case len(rest) == 1 && rest[0] == "id":
-			return []byte(env.NodeID), statusOK
+			return []byte(env.NodeID), abi.StatusOK
 		case len(rest) == 1 && rest[0] == "cluster":
-			return []byte(env.NodeCluster), statusOK
+			return []byte(env.NodeCluster), abi.StatusOK
 		}
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
-	if len(rest) > 0 || s == nil || s.cb.Info() == nil {
-		return nil, statusNotFound
+	fn, ok := xdsStreamProperties[field]
+	if !ok || len(rest) > 0 || s == nil || s.cb.Info() == nil {
+		return nil, abi.StatusNotFound
 	}
-	info := s.cb.Info()
-	switch field {
-	case "cluster_name":
-		if info.ClusterName == "" {
-			return nil, statusNotFound
-		}
-		return []byte(info.ClusterName), statusOK
-	case "route_name":
-		if info.RouteName == "" {
-			return nil, statusNotFound
-		}
-		return []byte(info.RouteName), statusOK
-	case "listener_direction":
-		return propInt(0), statusOK // UNSPECIFIED: listeners here carry no direction
-	case "filter_chain_name":
-		return []byte{}, statusOK
-	}
-	return nil, statusNotFound
+	return fn(s.cb.Info())
+}
+
+var xdsStreamProperties = map[string]func(*httpfilter.StreamInfo) ([]byte, abi.Status){
+	"cluster_name": func(i *httpfilter.StreamInfo) ([]byte, abi.Status) {
+		return found([]byte(i.ClusterName), i.ClusterName != "")
+	},
+	"route_name": func(i *httpfilter.StreamInfo) ([]byte, abi.Status) {
+		return found([]byte(i.RouteName), i.RouteName != "")
+	},
+	// UNSPECIFIED: listeners here carry no direction.
+	"listener_direction": func(*httpfilter.StreamInfo) ([]byte, abi.Status) { return propInt(0), abi.StatusOK },
+	"filter_chain_name":  func(*httpfilter.StreamInfo) ([]byte, abi.Status) { return []byte{}, abi.StatusOK },
 }
 
 // marshalNode encodes config.core.v3.Node{id: 1, cluster: 2} in protobuf

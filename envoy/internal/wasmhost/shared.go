@@ -2,6 +2,8 @@ package wasmhost
 
 import (
 	"sync"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 // Process-wide shared state, keyed by vm_id as in proxy-wasm-cpp-host
@@ -87,7 +89,7 @@ func (s *sharedState) get(vmID, key string) ([]byte, uint32, bool) {
 
 // set stores value; a non-zero cas must match the stored one (a missing key
 // accepts any cas, as the C++ host does).
-func (s *sharedState) set(vmID, key string, value []byte, cas uint32) status {
+func (s *sharedState) set(vmID, key string, value []byte, cas uint32) abi.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.data[vmID]
@@ -96,10 +98,10 @@ func (s *sharedState) set(vmID, key string, value []byte, cas uint32) status {
 		s.data[vmID] = m
 	}
 	if old, ok := m[key]; ok && cas != 0 && cas != old.cas {
-		return statusCasMismatch
+		return abi.StatusCasMismatch
 	}
 	m[key] = &sharedValue{value: append([]byte(nil), value...), cas: s.nextCas()}
-	return statusOK
+	return abi.StatusOK
 }
 
 func (s *sharedState) registerQueue(vmID, name string, owner *vmInstance, ownerID uint32) uint32 {
@@ -130,28 +132,28 @@ func (s *sharedState) resolveQueue(vmID, name string) (uint32, bool) {
 	return tok, ok
 }
 
-func (s *sharedState) enqueue(tok uint32, value []byte) (*vmInstance, uint32, status) {
+func (s *sharedState) enqueue(tok uint32, value []byte) (*vmInstance, uint32, abi.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.byTok[tok]
 	if q == nil {
-		return nil, 0, statusNotFound
+		return nil, 0, abi.StatusNotFound
 	}
 	q.items = append(q.items, append([]byte(nil), value...))
-	return q.owner, q.ownerID, statusOK
+	return q.owner, q.ownerID, abi.StatusOK
 }
 
-func (s *sharedState) dequeue(tok uint32) ([]byte, status) {
+func (s *sharedState) dequeue(tok uint32) ([]byte, abi.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.byTok[tok]
 	if q == nil {
-		return nil, statusNotFound
+		return nil, abi.StatusNotFound
 	}
 	if len(q.items) == 0 {
-		return nil, statusEmpty
+		return nil, abi.StatusEmpty
 	}
 	v := q.items[0]
 	q.items = q.items[1:]
-	return v, statusOK
+	return v, abi.StatusOK
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -285,6 +287,7 @@ func (vm *vmInstance) close() {
 // setTick (re)arms the root context's tick; 0 disables it. Envoy re-arms
 // the timer after each proxy_on_tick returns, so a slow tick never overlaps.
 func (vm *vmInstance) setTick(period time.Duration) {
+	vm.f.logger.Debug("wasm: tick period set", "worker", vm.worker, "period_ms", period.Milliseconds())
 	vm.stopTick()
 	if period <= 0 {
 		return
@@ -361,7 +364,7 @@ func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers htt
 			}
 			if err != nil || resp == nil {
 				vm.f.logger.Debug("wasm: http call failed", "cluster", cluster, "token", token, "err", err)
-				vm.callStatus, vm.callMessage = uint32(statusBrokenConnection), "reset"
+				vm.callStatus, vm.callMessage = uint32(abi.StatusBrokenConnection), "reset"
 				vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token), 0, 0, 0)
 				vm.callMessage = ""
 				return

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 // WASI is implemented here rather than with wazero's
@@ -17,7 +18,8 @@ import (
 // stubbed (fd_read is ENOSYS, path_open ENOENT, ...) and must be exact per
 // profile: a module importing anything else is refused at load, as Envoy
 // fails to link it. Both "wasi_snapshot_preview1" and "wasi_unstable" get
-// the same functions, as proxy-wasm-cpp-host registers both.
+// the same functions, as proxy-wasm-cpp-host registers both. The lists and
+// signatures are the catalogue's (abi.WASIEnvoy138, abi.WASIFull).
 //
 // envoy-1.38: the 18 functions of proxy-wasm-cpp-host before its 2026-04
 // "add all wasi hostcalls used by Go SDK" change (the host Envoy 1.33-1.38
@@ -28,68 +30,68 @@ import (
 // what a Go guest's time.Sleep needs), giving up when the call's context
 // or the factory is cancelled.
 func wasiFunctions(profile string) []hostFunc {
-	fns := []hostFunc{
-		wasiFn("fd_write", 4, true, wasiFdWrite),
-		wasiFn("fd_read", 4, false, errnoConst(errnoNosys)),
-		{name: "fd_seek", params: []api.ValueType{i32, i64, i32, i32}, results: i32s(1), fn: func(vm *vmInstance, ctx context.Context, st []uint64) {
-			vm.log(ctx, 4, "wasi_unstable fd_seek")
+	if profile != ProfileEnvoyLatest {
+		return bindAll(abi.WASIEnvoy138, wasiHandlers(false))
+	}
+	return bindAll(abi.WASIFull, wasiHandlers(true))
+}
+
+// wasiHandlers implements every function of abi.WASIFull; full selects
+// the envoy-latest poll_oneoff.
+func wasiHandlers(full bool) map[string]handler {
+	poll := handler{words: errnoConst(errnoNosys)}
+	if full {
+		poll = handler{words: wasiPollOneoff}
+	}
+	// stdio answers fd-only calls: success on stdout/stderr, BADF otherwise.
+	stdio := handler{raw: func(_ *vmInstance, _ context.Context, st []uint64) {
+		if isStdio(uint32(st[0])) {
+			st[0] = errnoSuccess
+		} else {
+			st[0] = errnoBadf
+		}
+	}}
+	return map[string]handler{
+		// envoy-1.38
+		"fd_write": {words: wasiFdWrite, allowedInStart: true},
+		"fd_read":  {words: errnoConst(errnoNosys)},
+		"fd_seek": {raw: func(vm *vmInstance, ctx context.Context, st []uint64) {
+			vm.log(ctx, abi.LogLevelError, "wasi_unstable fd_seek")
 			st[0] = errnoSuccess
 		}},
-		wasiFn("fd_close", 1, false, func(vm *vmInstance, ctx context.Context, _ []uint32) uint32 {
-			vm.log(ctx, 4, "wasi_unstable fd_close")
+		"fd_close": {words: func(vm *vmInstance, ctx context.Context, _ []uint32) uint32 {
+			vm.log(ctx, abi.LogLevelError, "wasi_unstable fd_close")
 			return errnoSuccess
-		}),
-		wasiFn("fd_fdstat_get", 2, true, wasiFdstatGet),
-		wasiFn("fd_fdstat_set_flags", 2, true, errnoConst(errnoNosys)),
-		wasiFn("environ_get", 2, true, wasiEnvironGet),
-		wasiFn("environ_sizes_get", 2, true, wasiEnvironSizesGet),
-		wasiFn("args_get", 2, true, errnoConst(errnoSuccess)),
-		wasiFn("args_sizes_get", 2, true, func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
+		}},
+		"fd_fdstat_get":       {words: wasiFdstatGet, allowedInStart: true},
+		"fd_fdstat_set_flags": {words: errnoConst(errnoNosys), allowedInStart: true},
+		"environ_get":         {words: wasiEnvironGet, allowedInStart: true},
+		"environ_sizes_get":   {words: wasiEnvironSizesGet, allowedInStart: true},
+		"args_get":            {words: errnoConst(errnoSuccess), allowedInStart: true},
+		"args_sizes_get": {words: func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 			if !vm.putU32(a[0], 0) || !vm.putU32(a[1], 0) {
 				return errnoFault
 			}
 			return errnoSuccess
-		}),
-		{name: "clock_time_get", params: []api.ValueType{i32, i64, i32}, results: i32s(1), allowedInStart: true, fn: wasiClockTimeGet},
-		wasiFn("random_get", 2, true, wasiRandomGet),
-		wasiFn("sched_yield", 0, false, errnoConst(errnoSuccess)),
-		{name: "proc_exit", params: i32s(1), fn: func(vm *vmInstance, ctx context.Context, st []uint64) {
+		}, allowedInStart: true},
+		"clock_time_get": {raw: wasiClockTimeGet, allowedInStart: true},
+		"random_get":     {words: wasiRandomGet, allowedInStart: true},
+		"sched_yield":    {words: errnoConst(errnoSuccess)},
+		"poll_oneoff":    poll,
+		"proc_exit": {raw: func(vm *vmInstance, ctx context.Context, st []uint64) {
 			// Envoy logs and returns; a guest cannot continue after exit,
 			// so the call ends here as a trap.
-			vm.log(ctx, 4, "wasi_unstable proc_exit")
+			vm.log(ctx, abi.LogLevelError, "wasi_unstable proc_exit")
 			panic(sys.NewExitError(uint32(st[0])))
 		}},
-		{name: "path_open", params: []api.ValueType{i32, i32, i32, i32, i32, i64, i64, i32, i32}, results: i32s(1), fn: func(_ *vmInstance, _ context.Context, st []uint64) {
-			st[0] = errnoNoent
-		}},
-		wasiFn("fd_prestat_get", 2, true, errnoConst(errnoBadf)),
-		wasiFn("fd_prestat_dir_name", 3, true, errnoConst(errnoNosys)),
-	}
-	if profile != ProfileEnvoyLatest {
-		fns = append(fns, wasiFn("poll_oneoff", 4, false, errnoConst(errnoNosys)))
-		return fns
-	}
-	stdio := func(a []uint32) uint32 {
-		if a[0] != 1 && a[0] != 2 {
-			return errnoBadf
-		}
-		return errnoSuccess
-	}
-	stdioFn := func(name string, params ...api.ValueType) hostFunc {
-		return hostFunc{name: name, params: params, results: i32s(1), fn: func(_ *vmInstance, _ context.Context, st []uint64) {
-			st[0] = uint64(stdio([]uint32{uint32(st[0])}))
-		}}
-	}
-	constFn := func(name string, errno uint32, params ...api.ValueType) hostFunc {
-		return hostFunc{name: name, params: params, results: i32s(1), fn: func(_ *vmInstance, _ context.Context, st []uint64) {
-			st[0] = uint64(errno)
-		}}
-	}
-	return append(fns,
-		wasiFn("poll_oneoff", 4, false, wasiPollOneoff),
-		constFn("fd_filestat_get", errnoBadf, i32, i32),
-		constFn("path_filestat_get", errnoNotsup, i32, i32, i32, i32, i32),
-		wasiFn("clock_res_get", 2, false, func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
+		"path_open":           {raw: rawErrno(errnoNoent)},
+		"fd_prestat_get":      {words: errnoConst(errnoBadf), allowedInStart: true},
+		"fd_prestat_dir_name": {words: errnoConst(errnoNosys), allowedInStart: true},
+
+		// envoy-latest only
+		"fd_filestat_get":   {raw: rawErrno(errnoBadf)},
+		"path_filestat_get": {raw: rawErrno(errnoNotsup)},
+		"clock_res_get": {words: func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 			if a[0] > 1 {
 				return errnoNotsup
 			}
@@ -97,83 +99,80 @@ func wasiFunctions(profile string) []hostFunc {
 				return errnoFault
 			}
 			return errnoSuccess
-		}),
-		constFn("fd_advise", errnoSuccess, i32, i64, i64, i32),
-		stdioFn("fd_allocate", i32, i64, i64),
-		stdioFn("fd_datasync", i32),
-		stdioFn("fd_fdstat_set_rights", i32, i64, i64),
-		stdioFn("fd_filestat_set_size", i32, i64),
-		stdioFn("fd_filestat_set_times", i32, i64, i64, i32),
-		constFn("fd_pread", errnoNosys, i32, i32, i32, i64, i32),
-		hostFunc{name: "fd_pwrite", params: []api.ValueType{i32, i32, i32, i64, i32}, results: i32s(1), fn: func(vm *vmInstance, ctx context.Context, st []uint64) {
+		}},
+		"fd_advise":             {raw: rawErrno(errnoSuccess)},
+		"fd_allocate":           stdio,
+		"fd_datasync":           stdio,
+		"fd_fdstat_set_rights":  stdio,
+		"fd_filestat_set_size":  stdio,
+		"fd_filestat_set_times": stdio,
+		"fd_pread":              {raw: rawErrno(errnoNosys)},
+		"fd_pwrite": {raw: func(vm *vmInstance, ctx context.Context, st []uint64) {
 			st[0] = uint64(wasiFdWrite(vm, ctx, []uint32{uint32(st[0]), uint32(st[1]), uint32(st[2]), uint32(st[4])}))
 		}},
-		wasiFn("fd_readdir", 5, false, func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
-			if !vm.putU32(a[4], 0) {
-				return errnoFault
+		"fd_readdir": {raw: func(vm *vmInstance, _ context.Context, st []uint64) {
+			st[0] = errnoNotdir
+			if !vm.putU32(uint32(st[4]), 0) {
+				st[0] = errnoFault
 			}
-			return errnoNotdir
-		}),
-		wasiFn("fd_renumber", 2, false, func(_ *vmInstance, _ context.Context, a []uint32) uint32 {
-			if stdio(a[:1]) != 0 || stdio(a[1:]) != 0 {
+		}},
+		"fd_renumber": {words: func(_ *vmInstance, _ context.Context, a []uint32) uint32 {
+			if !isStdio(a[0]) || !isStdio(a[1]) {
 				return errnoBadf
 			}
 			return errnoNotsup
-		}),
-		stdioFn("fd_sync", i32),
-		wasiFn("fd_tell", 2, false, func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
-			if stdio(a) != 0 {
+		}},
+		"fd_sync": stdio,
+		"fd_tell": {words: func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
+			if !isStdio(a[0]) {
 				return errnoBadf
 			}
 			if !vm.putU64(a[1], 0) {
 				return errnoFault
 			}
 			return errnoSuccess
-		}),
-		constFn("path_create_directory", errnoNotsup, i32, i32, i32),
-		constFn("path_filestat_set_times", errnoNotsup, i32, i32, i32, i32, i64, i64, i32),
-		constFn("path_link", errnoNotsup, i32, i32, i32, i32, i32, i32, i32),
-		wasiFn("path_readlink", 6, false, func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
+		}},
+		"path_create_directory":   {raw: rawErrno(errnoNotsup)},
+		"path_filestat_set_times": {raw: rawErrno(errnoNotsup)},
+		"path_link":               {raw: rawErrno(errnoNotsup)},
+		"path_readlink": {words: func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 			if !vm.putU32(a[5], 0) {
 				return errnoFault
 			}
 			return errnoNotsup
-		}),
-		constFn("path_remove_directory", errnoNotsup, i32, i32, i32),
-		constFn("path_rename", errnoNotsup, i32, i32, i32, i32, i32, i32),
-		constFn("path_symlink", errnoNotsup, i32, i32, i32, i32, i32),
-		constFn("path_unlink_file", errnoNotsup, i32, i32, i32),
-		constFn("sock_accept", errnoNotsup, i32, i32, i32),
-		constFn("sock_recv", errnoNotsup, i32, i32, i32, i32, i32, i32),
-		constFn("sock_send", errnoNotsup, i32, i32, i32, i32, i32),
-		constFn("sock_shutdown", errnoNotsup, i32, i32),
-	)
+		}},
+		"path_remove_directory": {raw: rawErrno(errnoNotsup)},
+		"path_rename":           {raw: rawErrno(errnoNotsup)},
+		"path_symlink":          {raw: rawErrno(errnoNotsup)},
+		"path_unlink_file":      {raw: rawErrno(errnoNotsup)},
+		"sock_accept":           {raw: rawErrno(errnoNotsup)},
+		"sock_recv":             {raw: rawErrno(errnoNotsup)},
+		"sock_send":             {raw: rawErrno(errnoNotsup)},
+		"sock_shutdown":         {raw: rawErrno(errnoNotsup)},
+	}
 }
 
-func wasiFn(name string, n int, allowedInStart bool, fn func(vm *vmInstance, ctx context.Context, a []uint32) uint32) hostFunc {
-	return hostFunc{name: name, params: i32s(n), results: i32s(1), allowedInStart: allowedInStart, fn: func(vm *vmInstance, ctx context.Context, stack []uint64) {
-		a := make([]uint32, n)
-		for i := range a {
-			a[i] = uint32(stack[i])
-		}
-		stack[0] = uint64(fn(vm, ctx, a))
-	}}
-}
+func isStdio(fd uint32) bool { return fd == 1 || fd == 2 }
 
 func errnoConst(errno uint32) func(*vmInstance, context.Context, []uint32) uint32 {
 	return func(*vmInstance, context.Context, []uint32) uint32 { return errno }
+}
+
+// rawErrno answers errno whatever the parameters.
+func rawErrno(errno uint32) func(*vmInstance, context.Context, []uint64) {
+	return func(_ *vmInstance, _ context.Context, st []uint64) { st[0] = uint64(errno) }
 }
 
 // wasiFdWrite sends stdout to the logger at info and stderr at error, one
 // entry per call with a trailing newline trimmed, as Envoy's writevImpl.
 func wasiFdWrite(vm *vmInstance, ctx context.Context, a []uint32) uint32 {
 	fd, iovs, n, nwritten := a[0], a[1], a[2], a[3]
-	var level uint32
+	var level abi.LogLevel
 	switch fd {
 	case 1:
-		level = 2
+		level = abi.LogLevelInfo
 	case 2:
-		level = 4
+		level = abi.LogLevelError
 	default:
 		return errnoBadf
 	}

@@ -110,7 +110,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	}
 	cfg, warnings, err := ParseConfig(raw)
 	for _, w := range warnings {
-		proxywasm.LogWarn("chime: " + w)
+		proxywasm.LogWarnf("chime: %s", w)
 	}
 	if err != nil {
 		proxywasm.LogErrorf("chime: rejecting %v", err)

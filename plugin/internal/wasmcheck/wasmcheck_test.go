@@ -4,29 +4,53 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tetratelabs/wazero/api"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
+)
+
+func fn(module, name string, params []abi.ValueType, results ...abi.ValueType) abi.Func {
+	return abi.Func{Module: module, Name: name, Params: params, Results: results}
+}
+
+var (
+	i32, i64 = abi.I32, abi.I64
+	one      = []abi.ValueType{i32}
+	four     = []abi.ValueType{i32, i32, i32, i32}
 )
 
 func TestCheckImports(t *testing.T) {
-	good := []Import{
-		{"wasi_snapshot_preview1", "poll_oneoff", words(4), words(1)},
-		{"env", "proxy_increment_metric", []api.ValueType{i32, i64}, words(1)},
-		{"env", "proxy_done", nil, words(1)},
+	good := []abi.Func{
+		fn(abi.ModuleWASI, "poll_oneoff", four, i32),
+		fn(abi.ModuleEnv, "proxy_increment_metric", []abi.ValueType{i32, i64}, i32),
+		fn(abi.ModuleEnv, "proxy_done", nil, i32),
 	}
 	if err := CheckImports(good); err != nil {
 		t.Fatalf("CheckImports(good) = %v", err)
 	}
-	bad := map[string]Import{
-		"not provided by Envoy 1.38":  {"wasi_snapshot_preview1", "clock_res_get", words(2), words(1)},
-		"not a proxy_* host function": {"env", "malloc", words(1), words(1)},
-		"not an ABI v0.2.1":           {"env", "proxy_on_tick", words(1), words(1)},
-		"has signature":               {"env", "proxy_log", words(2), words(1)},
-		"unknown import module":       {"gojs", "runtime.ticks", nil, nil},
+	bad := map[string]abi.Func{
+		"not provided by Envoy 1.38":  fn(abi.ModuleWASI, "clock_res_get", []abi.ValueType{i32, i32}, i32),
+		"not a proxy_* host function": fn(abi.ModuleEnv, "malloc", one, i32),
+		"not an ABI v0.2.1":           fn(abi.ModuleEnv, "proxy_on_tick", one, i32),
+		"has signature":               fn(abi.ModuleEnv, "proxy_log", []abi.ValueType{i32, i32}, i32),
+		"unknown import module":       fn("gojs", "runtime.ticks", nil),
 	}
+	bad["has signature (WASI)"] = fn(abi.ModuleWASI, "fd_seek", four, i32)
 	for want, im := range bad {
 		err := CheckImports(append(good, im))
-		if err == nil || !strings.Contains(err.Error(), want) {
+		if want, _, _ = strings.Cut(want, " ("); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckImports(+%s) = %v, want %q", im, err, want)
 		}
+	}
+}
+
+func TestCheckExports(t *testing.T) {
+	exports := append([]abi.Func{{Name: abi.V021.Marker()}}, abi.GuestCallbacks...)
+	if err := CheckExports(exports); err != nil {
+		t.Fatalf("CheckExports(all callbacks) = %v", err)
+	}
+	exports[1] = abi.Func{Name: exports[1].Name, Params: one}
+	err := CheckExports(exports[:len(exports)-1])
+	if err == nil || !strings.Contains(err.Error(), "missing export "+abi.GuestCallbacks[len(abi.GuestCallbacks)-1].Name) ||
+		!strings.Contains(err.Error(), "export "+abi.GuestCallbacks[0].Name+" has signature") {
+		t.Fatalf("CheckExports(broken) = %v", err)
 	}
 }

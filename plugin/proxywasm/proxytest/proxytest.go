@@ -19,8 +19,9 @@ import (
 	"slices"
 	"strings"
 
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 	"github.com/chimehq/chime/plugin/proxywasm"
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
 )
 
 // Options configure a Host.
@@ -36,10 +37,10 @@ type Options struct {
 	LogLevel   proxywasm.LogLevel
 }
 
-// LogEntry is one proxy_log call.
-type LogEntry struct {
-	Level   proxywasm.LogLevel
-	Message string
+// logEntry is one proxy_log call.
+type logEntry struct {
+	level   proxywasm.LogLevel
+	message string
 }
 
 // HttpCall is one proxy_http_call the guest made.
@@ -64,23 +65,21 @@ type LocalResponse struct {
 }
 
 type stream struct {
-	maps         map[uint32][][2]string
-	bodies       map[uint32][]byte // what the guest sees: the buffered body
-	sent         map[uint32][]byte // body forwarded past the filter
-	resumed      map[uint32]int    // continue_stream calls per stream type
-	closed       bool
+	maps         map[abi.MapType][][2]string
+	bodies       map[abi.BufferType][]byte // what the guest sees: the buffered body
+	sent         map[abi.BufferType][]byte // body forwarded past the filter
+	resumed      map[abi.StreamType]int    // continue_stream calls per stream type
 	local        *LocalResponse
-	pausedBodies map[uint32]bool
-	// held lists the header maps and body buffers lent to the guest right
-	// now, keyed by map type and by 100+buffer type.
-	held      map[uint32]bool
-	accessLog bool
+	pausedBodies map[abi.BufferType]bool
+	// heldMaps and heldBodies are the header maps and body buffers lent to
+	// the guest right now.
+	heldMaps   map[abi.MapType]bool
+	heldBodies map[abi.BufferType]bool
+	accessLog  bool
 }
 
-const heldBody = 100
-
 type metric struct {
-	kind  uint32
+	kind  abi.MetricType
 	name  string
 	value uint64
 }
@@ -92,7 +91,7 @@ type Host struct {
 	nextID    uint32
 	effective uint32
 	streams   map[uint32]*stream
-	logs      []LogEntry
+	logs      []logEntry
 
 	calls        []HttpCall
 	nextCallID   uint32
@@ -105,7 +104,6 @@ type Host struct {
 	queues     map[string]uint32
 	queueItems map[uint32][][]byte
 	metrics    []metric
-	done       int
 }
 
 type sharedValue struct {
@@ -126,11 +124,11 @@ func NewHost(opts Options) *Host {
 		queueItems: map[uint32][][]byte{},
 	}
 	proxywasm.SetVMContext(opts.VMContext)
-	abi.SetHost((*abiHost)(h))
+	bridge.SetHost((*abiHost)(h))
 	return h
 }
 
-func (h *Host) guest() abi.Guest { return abi.CurrentGuest() }
+func (h *Host) guest() bridge.Guest { return bridge.CurrentGuest() }
 
 // StartPlugin runs the host's start sequence for the plugin context:
 // context create, vm start, configure. It reports whether both the VM and
@@ -153,8 +151,9 @@ func (h *Host) InitializeHttpContext() uint32 {
 	id := h.nextID
 	h.nextID++
 	h.streams[id] = &stream{
-		maps: map[uint32][][2]string{}, bodies: map[uint32][]byte{}, sent: map[uint32][]byte{},
-		resumed: map[uint32]int{}, pausedBodies: map[uint32]bool{}, held: map[uint32]bool{},
+		maps: map[abi.MapType][][2]string{}, bodies: map[abi.BufferType][]byte{}, sent: map[abi.BufferType][]byte{},
+		resumed: map[abi.StreamType]int{}, pausedBodies: map[abi.BufferType]bool{},
+		heldMaps: map[abi.MapType]bool{}, heldBodies: map[abi.BufferType]bool{},
 	}
 	h.effective = id
 	h.guest().OnContextCreate(id, h.rootID)
@@ -171,28 +170,28 @@ func (h *Host) stream(id uint32) *stream {
 
 // CallOnRequestHeaders delivers request headers.
 func (h *Host) CallOnRequestHeaders(id uint32, headers [][2]string, endOfStream bool) proxywasm.Action {
-	return h.headers(id, abi.MapHttpRequestHeaders, headers, func() uint32 {
+	return h.headers(id, abi.MapHttpRequestHeaders, headers, func() abi.Action {
 		return h.guest().OnRequestHeaders(id, uint32(len(headers)), endOfStream)
 	})
 }
 
 // CallOnResponseHeaders delivers response headers.
 func (h *Host) CallOnResponseHeaders(id uint32, headers [][2]string, endOfStream bool) proxywasm.Action {
-	return h.headers(id, abi.MapHttpResponseHeaders, headers, func() uint32 {
+	return h.headers(id, abi.MapHttpResponseHeaders, headers, func() abi.Action {
 		return h.guest().OnResponseHeaders(id, uint32(len(headers)), endOfStream)
 	})
 }
 
 // headers lends a header map to the guest for cb and keeps it lent while
 // the guest pauses.
-func (h *Host) headers(id, mapType uint32, headers [][2]string, cb func() uint32) proxywasm.Action {
+func (h *Host) headers(id uint32, mapType abi.MapType, headers [][2]string, cb func() abi.Action) proxywasm.Action {
 	s := h.stream(id)
 	s.maps[mapType] = slices.Clone(headers)
-	s.held[mapType] = true
+	s.heldMaps[mapType] = true
 	h.effective = id
 	action := proxywasm.Action(cb())
 	if action == proxywasm.ActionContinue {
-		s.held[mapType] = false
+		s.heldMaps[mapType] = false
 	}
 	return action
 }
@@ -209,22 +208,22 @@ func (h *Host) CallOnResponseBody(id uint32, chunk []byte, endOfStream bool) pro
 	return h.body(id, abi.BufferHttpResponseBody, chunk, endOfStream, h.guest().OnResponseBody)
 }
 
-func (h *Host) body(id, buffer uint32, chunk []byte, eos bool, cb func(uint32, uint32, bool) uint32) proxywasm.Action {
+func (h *Host) body(id uint32, buffer abi.BufferType, chunk []byte, eos bool, cb func(uint32, uint32, bool) abi.Action) proxywasm.Action {
 	s := h.stream(id)
 	s.bodies[buffer] = append(s.bodies[buffer], chunk...)
-	s.held[heldBody+buffer] = true
+	s.heldBodies[buffer] = true
 	h.effective = id
 	action := proxywasm.Action(cb(id, uint32(len(s.bodies[buffer])), eos))
 	if action == proxywasm.ActionContinue {
 		h.flush(s, buffer)
-		s.held[heldBody+buffer] = false
+		s.heldBodies[buffer] = false
 	} else {
 		s.pausedBodies[buffer] = true
 	}
 	return action
 }
 
-func (h *Host) flush(s *stream, buffer uint32) {
+func (h *Host) flush(s *stream, buffer abi.BufferType) {
 	s.sent[buffer] = append(s.sent[buffer], s.bodies[buffer]...)
 	s.bodies[buffer] = nil
 	s.pausedBodies[buffer] = false
@@ -232,14 +231,14 @@ func (h *Host) flush(s *stream, buffer uint32) {
 
 // CallOnRequestTrailers delivers request trailers.
 func (h *Host) CallOnRequestTrailers(id uint32, trailers [][2]string) proxywasm.Action {
-	return h.headers(id, abi.MapHttpRequestTrailers, trailers, func() uint32 {
+	return h.headers(id, abi.MapHttpRequestTrailers, trailers, func() abi.Action {
 		return h.guest().OnRequestTrailers(id, uint32(len(trailers)))
 	})
 }
 
 // CallOnResponseTrailers delivers response trailers.
 func (h *Host) CallOnResponseTrailers(id uint32, trailers [][2]string) proxywasm.Action {
-	return h.headers(id, abi.MapHttpResponseTrailers, trailers, func() uint32 {
+	return h.headers(id, abi.MapHttpResponseTrailers, trailers, func() abi.Action {
 		return h.guest().OnResponseTrailers(id, uint32(len(trailers)))
 	})
 }
@@ -251,7 +250,8 @@ func (h *Host) CompleteHttpContext(id uint32) {
 	s.accessLog = true
 	h.guest().OnLog(id)
 	s.accessLog = false
-	s.held = map[uint32]bool{}
+	clear(s.heldMaps)
+	clear(s.heldBodies)
 	h.guest().OnDone(id)
 	h.guest().OnDelete(id)
 	delete(h.streams, id)
@@ -261,12 +261,6 @@ func (h *Host) CompleteHttpContext(id uint32) {
 func (h *Host) Tick() {
 	h.effective = h.rootID
 	h.guest().OnTick(h.rootID)
-}
-
-// CallOnQueueReady tells the plugin context that queueID has items.
-func (h *Host) CallOnQueueReady(queueID uint32) {
-	h.effective = h.rootID
-	h.guest().OnQueueReady(h.rootID, queueID)
 }
 
 // TickPeriod is the last period set by the guest.
@@ -288,8 +282,8 @@ func (h *Host) CallOnHttpCallResponse(id uint32, headers [][2]string, body []byt
 func (h *Host) GetLogs(level proxywasm.LogLevel) []string {
 	var out []string
 	for _, e := range h.logs {
-		if e.Level >= level {
-			out = append(out, e.Message)
+		if e.level >= level {
+			out = append(out, e.message)
 		}
 	}
 	return out
@@ -330,12 +324,6 @@ func (h *Host) ResumedResponse(id uint32) int {
 	return h.stream(id).resumed[abi.StreamHttpResponse]
 }
 
-// Closed reports whether the guest closed (reset) the stream.
-func (h *Host) Closed(id uint32) bool { return h.stream(id).closed }
-
-// DoneCalls counts proxy_done calls.
-func (h *Host) DoneCalls() int { return h.done }
-
 // GetLocalResponse returns the local response sent on the stream, if any.
 func (h *Host) GetLocalResponse(id uint32) *LocalResponse { return h.stream(id).local }
 
@@ -349,21 +337,23 @@ func (h *Host) GetCounterValue(name string) (uint64, bool) {
 	return 0, false
 }
 
-// abiHost is the Host seen by the guest: the abi.Host methods live on this
+// abiHost is the Host seen by the guest: the bridge.Host methods live on this
 // separate type so they do not clutter Host's test API.
 type abiHost Host
 
-func (h *abiHost) Log(level uint32, msg string) uint32 {
-	if level > uint32(proxywasm.LogLevelCritical) {
+func (h *abiHost) Log(level abi.LogLevel, msg string) abi.Status {
+	if level > abi.LogLevelCritical {
 		return abi.StatusBadArgument
 	}
-	h.logs = append(h.logs, LogEntry{proxywasm.LogLevel(level), msg})
+	h.logs = append(h.logs, logEntry{proxywasm.LogLevel(level), msg})
 	return abi.StatusOK
 }
 
-func (h *abiHost) GetLogLevel() (uint32, uint32) { return uint32(h.opts.LogLevel), abi.StatusOK }
+func (h *abiHost) GetLogLevel() (abi.LogLevel, abi.Status) {
+	return abi.LogLevel(h.opts.LogLevel), abi.StatusOK
+}
 
-func (h *abiHost) GetProperty(path []byte) ([]byte, uint32) {
+func (h *abiHost) GetProperty(path []byte) ([]byte, abi.Status) {
 	v, ok := h.opts.Properties[strings.ReplaceAll(string(path), "\x00", ".")]
 	if !ok {
 		return nil, abi.StatusNotFound
@@ -371,7 +361,7 @@ func (h *abiHost) GetProperty(path []byte) ([]byte, uint32) {
 	return slices.Clone(v), abi.StatusOK
 }
 
-func (h *abiHost) SetProperty(path, value []byte) uint32 {
+func (h *abiHost) SetProperty(path, value []byte) abi.Status {
 	if h.opts.Properties == nil {
 		h.opts.Properties = map[string][]byte{}
 	}
@@ -381,7 +371,7 @@ func (h *abiHost) SetProperty(path, value []byte) uint32 {
 
 // buffer returns a pointer to the named buffer, or nil when it is not
 // available in the effective context.
-func (h *abiHost) buffer(buffer uint32) *[]byte {
+func (h *abiHost) buffer(buffer abi.BufferType) *[]byte {
 	switch buffer {
 	case abi.BufferVMConfiguration:
 		return &h.opts.VMConfiguration
@@ -390,7 +380,7 @@ func (h *abiHost) buffer(buffer uint32) *[]byte {
 	case abi.BufferHttpCallResponseBody:
 		return &h.callBody
 	case abi.BufferHttpRequestBody, abi.BufferHttpResponseBody:
-		if s, ok := h.streams[h.effective]; ok && s.held[heldBody+buffer] {
+		if s, ok := h.streams[h.effective]; ok && s.heldBodies[buffer] {
 			b := s.bodies[buffer]
 			return &b
 		}
@@ -398,7 +388,7 @@ func (h *abiHost) buffer(buffer uint32) *[]byte {
 	return nil
 }
 
-func (h *abiHost) GetBufferBytes(buffer, start, maxSize uint32) ([]byte, uint32) {
+func (h *abiHost) GetBufferBytes(buffer abi.BufferType, start, maxSize uint32) ([]byte, abi.Status) {
 	if buffer > abi.BufferForeignFunctionArguments {
 		return nil, abi.StatusBadArgument
 	}
@@ -411,7 +401,7 @@ func (h *abiHost) GetBufferBytes(buffer, start, maxSize uint32) ([]byte, uint32)
 	return slices.Clone((*b)[lo:hi]), abi.StatusOK
 }
 
-func (h *abiHost) GetBufferStatus(buffer uint32) (uint32, uint32) {
+func (h *abiHost) GetBufferStatus(buffer abi.BufferType) (uint32, abi.Status) {
 	b := h.buffer(buffer)
 	if b == nil {
 		return 0, abi.StatusNotFound
@@ -421,12 +411,12 @@ func (h *abiHost) GetBufferStatus(buffer uint32) (uint32, uint32) {
 
 // SetBufferBytes follows Envoy: (0,0) prepends, start ≥ len appends, start 0
 // with size ≥ len replaces; anything else is BAD_ARGUMENT.
-func (h *abiHost) SetBufferBytes(buffer, start, size uint32, value []byte) uint32 {
+func (h *abiHost) SetBufferBytes(buffer abi.BufferType, start, size uint32, value []byte) abi.Status {
 	if buffer != abi.BufferHttpRequestBody && buffer != abi.BufferHttpResponseBody {
 		return abi.StatusNotFound
 	}
 	s, ok := h.streams[h.effective]
-	if !ok || !s.held[heldBody+buffer] {
+	if !ok || !s.heldBodies[buffer] {
 		return abi.StatusNotFound
 	}
 	old := s.bodies[buffer]
@@ -444,7 +434,7 @@ func (h *abiHost) SetBufferBytes(buffer, start, size uint32, value []byte) uint3
 	return abi.StatusOK
 }
 
-func (h *abiHost) headerMap(mapType uint32) ([][2]string, uint32) {
+func (h *abiHost) headerMap(mapType abi.MapType) ([][2]string, abi.Status) {
 	switch mapType {
 	case abi.MapHttpCallResponseHeaders:
 		return h.callHeaders, abi.StatusOK
@@ -458,7 +448,7 @@ func (h *abiHost) headerMap(mapType uint32) ([][2]string, uint32) {
 		if s.accessLog && (mapType == abi.MapHttpRequestHeaders || mapType == abi.MapHttpResponseHeaders) {
 			return s.maps[mapType], abi.StatusOK
 		}
-		if !s.held[mapType] {
+		if !s.heldMaps[mapType] {
 			return nil, abi.StatusBadArgument
 		}
 		return s.maps[mapType], abi.StatusOK
@@ -466,14 +456,14 @@ func (h *abiHost) headerMap(mapType uint32) ([][2]string, uint32) {
 	return nil, abi.StatusBadArgument
 }
 
-func (h *abiHost) setMap(mapType uint32, pairs [][2]string) uint32 {
+func (h *abiHost) setMap(mapType abi.MapType, pairs [][2]string) abi.Status {
 	switch mapType {
 	case abi.MapHttpRequestHeaders, abi.MapHttpRequestTrailers, abi.MapHttpResponseHeaders, abi.MapHttpResponseTrailers:
 		s, ok := h.streams[h.effective]
 		if !ok {
 			return abi.StatusNotFound
 		}
-		if !s.held[mapType] {
+		if !s.heldMaps[mapType] {
 			return abi.StatusBadArgument
 		}
 		s.maps[mapType] = pairs
@@ -482,7 +472,7 @@ func (h *abiHost) setMap(mapType uint32, pairs [][2]string) uint32 {
 	return abi.StatusBadArgument // HTTP call responses are read-only
 }
 
-func (h *abiHost) GetHeaderMapPairs(mapType uint32) ([]byte, uint32) {
+func (h *abiHost) GetHeaderMapPairs(mapType abi.MapType) ([]byte, abi.Status) {
 	m, st := h.headerMap(mapType)
 	if st != abi.StatusOK {
 		return nil, st
@@ -490,7 +480,7 @@ func (h *abiHost) GetHeaderMapPairs(mapType uint32) ([]byte, uint32) {
 	return abi.EncodePairs(m), abi.StatusOK
 }
 
-func (h *abiHost) SetHeaderMapPairs(mapType uint32, pairs []byte) uint32 {
+func (h *abiHost) SetHeaderMapPairs(mapType abi.MapType, pairs []byte) abi.Status {
 	decoded, err := abi.DecodePairs(pairs)
 	if err != nil {
 		return abi.StatusBadArgument
@@ -498,7 +488,7 @@ func (h *abiHost) SetHeaderMapPairs(mapType uint32, pairs []byte) uint32 {
 	return h.setMap(mapType, decoded)
 }
 
-func (h *abiHost) GetHeaderMapValue(mapType uint32, key string) ([]byte, uint32) {
+func (h *abiHost) GetHeaderMapValue(mapType abi.MapType, key string) ([]byte, abi.Status) {
 	m, st := h.headerMap(mapType)
 	if st != abi.StatusOK {
 		return nil, st
@@ -511,7 +501,7 @@ func (h *abiHost) GetHeaderMapValue(mapType uint32, key string) ([]byte, uint32)
 	return nil, abi.StatusNotFound
 }
 
-func (h *abiHost) edit(mapType uint32, f func([][2]string) [][2]string) uint32 {
+func (h *abiHost) edit(mapType abi.MapType, f func([][2]string) [][2]string) abi.Status {
 	m, st := h.headerMap(mapType)
 	if st != abi.StatusOK {
 		return st
@@ -523,7 +513,7 @@ func without(m [][2]string, key string) [][2]string {
 	return slices.DeleteFunc(m, func(p [2]string) bool { return strings.EqualFold(p[0], key) })
 }
 
-func (h *abiHost) ReplaceHeaderMapValue(mapType uint32, key, value string) uint32 {
+func (h *abiHost) ReplaceHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
 	return h.edit(mapType, func(m [][2]string) [][2]string {
 		for i, p := range m {
 			if strings.EqualFold(p[0], key) {
@@ -535,17 +525,17 @@ func (h *abiHost) ReplaceHeaderMapValue(mapType uint32, key, value string) uint3
 	})
 }
 
-func (h *abiHost) RemoveHeaderMapValue(mapType uint32, key string) uint32 {
+func (h *abiHost) RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status {
 	return h.edit(mapType, func(m [][2]string) [][2]string { return without(m, key) })
 }
 
-func (h *abiHost) AddHeaderMapValue(mapType uint32, key, value string) uint32 {
+func (h *abiHost) AddHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
 	return h.edit(mapType, func(m [][2]string) [][2]string {
 		return append(m, [2]string{strings.ToLower(key), value})
 	})
 }
 
-func (h *abiHost) ContinueStream(streamType uint32) uint32 {
+func (h *abiHost) ContinueStream(streamType abi.StreamType) abi.Status {
 	s, ok := h.streams[h.effective]
 	if !ok {
 		return abi.StatusNotFound
@@ -555,30 +545,28 @@ func (h *abiHost) ContinueStream(streamType uint32) uint32 {
 	}
 	s.resumed[streamType]++
 	// Resuming releases a body and the header maps the filter held.
-	buffer, maps := abi.BufferHttpRequestBody, []uint32{abi.MapHttpRequestHeaders, abi.MapHttpRequestTrailers}
+	buffer, maps := abi.BufferHttpRequestBody, []abi.MapType{abi.MapHttpRequestHeaders, abi.MapHttpRequestTrailers}
 	if streamType == abi.StreamHttpResponse {
-		buffer, maps = abi.BufferHttpResponseBody, []uint32{abi.MapHttpResponseHeaders, abi.MapHttpResponseTrailers}
+		buffer, maps = abi.BufferHttpResponseBody, []abi.MapType{abi.MapHttpResponseHeaders, abi.MapHttpResponseTrailers}
 	}
 	if s.pausedBodies[buffer] {
 		(*Host)(h).flush(s, buffer)
 	}
-	s.held[heldBody+buffer] = false
+	s.heldBodies[buffer] = false
 	for _, m := range maps {
-		s.held[m] = false
+		s.heldMaps[m] = false
 	}
 	return abi.StatusOK
 }
 
-func (h *abiHost) CloseStream(streamType uint32) uint32 {
-	s, ok := h.streams[h.effective]
-	if !ok {
+func (h *abiHost) CloseStream(streamType abi.StreamType) abi.Status {
+	if _, ok := h.streams[h.effective]; !ok {
 		return abi.StatusNotFound
 	}
-	s.closed = true
 	return abi.StatusOK
 }
 
-func (h *abiHost) SendLocalResponse(statusCode uint32, details string, body, headers []byte, grpcStatus int32) uint32 {
+func (h *abiHost) SendLocalResponse(statusCode uint32, details string, body, headers []byte, grpcStatus int32) abi.Status {
 	s, ok := h.streams[h.effective]
 	if !ok {
 		return abi.StatusNotFound
@@ -591,7 +579,7 @@ func (h *abiHost) SendLocalResponse(statusCode uint32, details string, body, hea
 	return abi.StatusOK
 }
 
-func (h *abiHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, uint32) {
+func (h *abiHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, abi.Status) {
 	hs, err := abi.DecodePairs(headers)
 	if err != nil {
 		return 0, abi.StatusBadArgument
@@ -613,12 +601,12 @@ func (h *abiHost) HttpCall(upstream string, headers, body, trailers []byte, time
 	return h.nextCallID, abi.StatusOK
 }
 
-func (h *abiHost) SetTickPeriodMilliseconds(ms uint32) uint32 {
+func (h *abiHost) SetTickPeriodMilliseconds(ms uint32) abi.Status {
 	h.tickPeriod = ms
 	return abi.StatusOK
 }
 
-func (h *abiHost) SetSharedData(key string, value []byte, cas uint32) uint32 {
+func (h *abiHost) SetSharedData(key string, value []byte, cas uint32) abi.Status {
 	cur, ok := h.shared[key]
 	if cas != 0 && (!ok || cur.cas != cas) {
 		return abi.StatusCasMismatch
@@ -627,7 +615,7 @@ func (h *abiHost) SetSharedData(key string, value []byte, cas uint32) uint32 {
 	return abi.StatusOK
 }
 
-func (h *abiHost) GetSharedData(key string) ([]byte, uint32, uint32) {
+func (h *abiHost) GetSharedData(key string) ([]byte, uint32, abi.Status) {
 	v, ok := h.shared[key]
 	if !ok {
 		return nil, 0, abi.StatusNotFound
@@ -635,7 +623,7 @@ func (h *abiHost) GetSharedData(key string) ([]byte, uint32, uint32) {
 	return slices.Clone(v.data), v.cas, abi.StatusOK
 }
 
-func (h *abiHost) RegisterSharedQueue(name string) (uint32, uint32) {
+func (h *abiHost) RegisterSharedQueue(name string) (uint32, abi.Status) {
 	if id, ok := h.queues[name]; ok {
 		return id, abi.StatusOK
 	}
@@ -644,7 +632,7 @@ func (h *abiHost) RegisterSharedQueue(name string) (uint32, uint32) {
 	return id, abi.StatusOK
 }
 
-func (h *abiHost) ResolveSharedQueue(_, name string) (uint32, uint32) {
+func (h *abiHost) ResolveSharedQueue(_, name string) (uint32, abi.Status) {
 	id, ok := h.queues[name]
 	if !ok {
 		return 0, abi.StatusNotFound
@@ -652,7 +640,7 @@ func (h *abiHost) ResolveSharedQueue(_, name string) (uint32, uint32) {
 	return id, abi.StatusOK
 }
 
-func (h *abiHost) EnqueueSharedQueue(id uint32, value []byte) uint32 {
+func (h *abiHost) EnqueueSharedQueue(id uint32, value []byte) abi.Status {
 	if !h.queueExists(id) {
 		return abi.StatusNotFound
 	}
@@ -669,7 +657,7 @@ func (h *abiHost) queueExists(id uint32) bool {
 	return false
 }
 
-func (h *abiHost) DequeueSharedQueue(id uint32) ([]byte, uint32) {
+func (h *abiHost) DequeueSharedQueue(id uint32) ([]byte, abi.Status) {
 	if !h.queueExists(id) {
 		return nil, abi.StatusNotFound
 	}
@@ -681,7 +669,7 @@ func (h *abiHost) DequeueSharedQueue(id uint32) ([]byte, uint32) {
 	return items[0], abi.StatusOK
 }
 
-func (h *abiHost) DefineMetric(kind uint32, name string) (uint32, uint32) {
+func (h *abiHost) DefineMetric(kind abi.MetricType, name string) (uint32, abi.Status) {
 	if kind > abi.MetricHistogram {
 		return 0, abi.StatusBadArgument
 	}
@@ -694,7 +682,7 @@ func (h *abiHost) DefineMetric(kind uint32, name string) (uint32, uint32) {
 	return uint32(len(h.metrics) - 1), abi.StatusOK
 }
 
-func (h *abiHost) IncrementMetric(id uint32, delta int64) uint32 {
+func (h *abiHost) IncrementMetric(id uint32, delta int64) abi.Status {
 	if int(id) >= len(h.metrics) {
 		return abi.StatusNotFound
 	}
@@ -706,7 +694,7 @@ func (h *abiHost) IncrementMetric(id uint32, delta int64) uint32 {
 	return abi.StatusOK
 }
 
-func (h *abiHost) RecordMetric(id uint32, value uint64) uint32 {
+func (h *abiHost) RecordMetric(id uint32, value uint64) abi.Status {
 	if int(id) >= len(h.metrics) {
 		return abi.StatusNotFound
 	}
@@ -714,14 +702,14 @@ func (h *abiHost) RecordMetric(id uint32, value uint64) uint32 {
 	return abi.StatusOK
 }
 
-func (h *abiHost) GetMetric(id uint32) (uint64, uint32) {
+func (h *abiHost) GetMetric(id uint32) (uint64, abi.Status) {
 	if int(id) >= len(h.metrics) {
 		return 0, abi.StatusNotFound
 	}
 	return h.metrics[id].value, abi.StatusOK
 }
 
-func (h *abiHost) SetEffectiveContext(id uint32) uint32 {
+func (h *abiHost) SetEffectiveContext(id uint32) abi.Status {
 	if _, ok := h.streams[id]; !ok && id != h.rootID {
 		return abi.StatusBadArgument
 	}
@@ -729,13 +717,10 @@ func (h *abiHost) SetEffectiveContext(id uint32) uint32 {
 	return abi.StatusOK
 }
 
-func (h *abiHost) Done() uint32 {
-	h.done++
-	return abi.StatusOK
-}
+func (h *abiHost) Done() abi.Status { return abi.StatusOK }
 
-func (h *abiHost) CallForeignFunction(name string, _ []byte) ([]byte, uint32) {
+func (h *abiHost) CallForeignFunction(name string, _ []byte) ([]byte, abi.Status) {
 	return nil, abi.StatusNotFound
 }
 
-var _ abi.Host = (*abiHost)(nil)
+var _ bridge.Host = (*abiHost)(nil)

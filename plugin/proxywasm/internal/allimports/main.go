@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/chimehq/chime/plugin/proxywasm"
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
 )
 
 func init() { proxywasm.SetVMContext(proxywasm.DefaultVMContext{}) }
@@ -14,7 +14,7 @@ func init() { proxywasm.SetVMContext(proxywasm.DefaultVMContext{}) }
 //
 //go:wasmexport allimports_touch
 func touch() {
-	h := abi.CurrentHost()
+	h := bridge.CurrentHost()
 	h.Log(0, "")
 	h.GetLogLevel()
 	h.GetProperty(nil)

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	g "github.com/chimehq/chime/envoy/internal/wasmhost/testdata/guestabi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 func main() {}
@@ -71,7 +72,7 @@ func onContextCreate(id, parent uint32) {
 //go:wasmexport proxy_on_vm_start
 func onVMStart(id, size uint32) uint32 {
 	g.Reset()
-	cfg, st := g.GetBuffer(6)
+	cfg, st := g.GetBuffer(abi.BufferVMConfiguration)
 	logf("vm_start", itoa(id), itoa(size), itoa(st), string(cfg))
 	if string(cfg) == "fail-vm-start" {
 		return 0
@@ -82,7 +83,7 @@ func onVMStart(id, size uint32) uint32 {
 //go:wasmexport proxy_on_configure
 func onConfigure(id, size uint32) uint32 {
 	g.Reset()
-	cfg, st := g.GetBuffer(7)
+	cfg, st := g.GetBuffer(abi.BufferPluginConfiguration)
 	fields := strings.Fields(string(cfg))
 	if len(fields) > 0 {
 		mode, args = fields[0], fields[1:]
@@ -135,18 +136,18 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		return uint32(v)
 	case "trap":
 		// Only requests carrying x-trap fault, so one VM can serve both.
-		if _, st := g.Header(0, "x-trap"); arg(0) == "req_headers" && st == 0 {
+		if _, st := g.Header(abi.MapHttpRequestHeaders, "x-trap"); arg(0) == "req_headers" && st == 0 {
 			trap(arg(1))
 		}
 	case "bench":
-		g.Header(0, ":path")
+		g.Header(abi.MapHttpRequestHeaders, ":path")
 	case "sleep":
 		ms, _ := strconv.Atoi(arg(0))
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		logf("slept", itoa(ms))
 	case "localreply":
 		details, body := g.S("denied by wasm"), g.S("nope")
-		hdrs := g.EncodePairs(g.Pairs{{"x-wasm", "yes"}})
+		hdrs := abi.EncodePairs([][2]string{{"x-wasm", "yes"}})
 		st := g.ProxySendLocalResponse(403, details.A(), details.N(), body.A(), body.N(), g.Addr(hdrs), uint32(len(hdrs)), 0xffffffff)
 		runtime.KeepAlive(details.B)
 		runtime.KeepAlive(body.B)
@@ -155,7 +156,7 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		logf("after_local_reply")
 		return 0
 	case "closestream":
-		logf("close_stream", itoa(g.ProxyCloseStream(0)))
+		logf("close_stream", itoa(g.ProxyCloseStream(uint32(abi.StreamHttpRequest))))
 		logf("close_stream_bad", itoa(g.ProxyCloseStream(9)))
 	case "httpcall":
 		return httpCall(id)
@@ -201,16 +202,18 @@ func onRequestBody(id, size, eos uint32) uint32 {
 		}
 	case "setbuf":
 		if arg(0) == "req" {
-			return setBuffer(0, eos)
+			return setBuffer(abi.BufferHttpRequestBody, eos)
 		}
 	case "bench":
-		g.GetBuffer(0)
+		g.GetBuffer(abi.BufferHttpRequestBody)
 	case "body":
-		b, st := g.GetBuffer(0)
+		b, st := g.GetBuffer(abi.BufferHttpRequestBody)
 		logf("body", itoa(st), string(b))
-		part, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetBufferBytes(0, 1, 2, d, s) })
+		part, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetBufferBytes(uint32(abi.BufferHttpRequestBody), 1, 2, d, s) })
 		logf("body_part", itoa(st), string(part))
-		past, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetBufferBytes(0, 1000, 5, d, s) })
+		past, st := g.Out1(func(d, s uint32) uint32 {
+			return g.ProxyGetBufferBytes(uint32(abi.BufferHttpRequestBody), 1000, 5, d, s)
+		})
 		logf("body_past", itoa(st), itoa(len(past)))
 	}
 	return 0
@@ -240,16 +243,16 @@ func onResponseHeaders(id, n, eos uint32) uint32 {
 			trap(arg(1))
 		}
 	case "bench":
-		g.EditHeader('a', 2, "x-wasm", "1")
+		g.EditHeader('a', abi.MapHttpResponseHeaders, "x-wasm", "1")
 	case "props":
 		props("resp", respProps)
 	case "headers":
-		_, st := g.Header(0, ":path")
+		_, st := g.Header(abi.MapHttpRequestHeaders, ":path")
 		logf("resp_phase_req_header", itoa(st))
-		p := g.EncodePairs(g.Pairs{{":status", "201"}, {"X-Set", "yes"}})
-		logf("set_pairs", itoa(g.ProxySetHeaderMapPairs(2, g.Addr(p), uint32(len(p)))))
+		p := abi.EncodePairs([][2]string{{":status", "201"}, {"X-Set", "yes"}})
+		logf("set_pairs", itoa(g.ProxySetHeaderMapPairs(uint32(abi.MapHttpResponseHeaders), g.Addr(p), uint32(len(p)))))
 		runtime.KeepAlive(p)
-		v, st := g.Header(2, "x-set")
+		v, st := g.Header(abi.MapHttpResponseHeaders, "x-set")
 		logf("resp_x_set", itoa(st), v)
 	}
 	return 0
@@ -266,7 +269,7 @@ func onResponseBody(id, size, eos uint32) uint32 {
 		}
 	case "setbuf":
 		if arg(0) == "resp" {
-			return setBuffer(1, eos)
+			return setBuffer(abi.BufferHttpResponseBody, eos)
 		}
 	}
 	return 0
@@ -290,9 +293,9 @@ func onLog(id uint32) {
 	case "props":
 		props("log", logProps)
 	case "headers":
-		v, st := g.Header(0, ":path")
+		v, st := g.Header(abi.MapHttpRequestHeaders, ":path")
 		logf("log_req_path", itoa(st), v)
-		_, st = g.Header(1, "x")
+		_, st = g.Header(abi.MapHttpRequestTrailers, "x")
 		logf("log_req_trailer", itoa(st))
 	}
 }
@@ -338,11 +341,11 @@ func onHTTPCallResponse(id, token, nh, bodySize, nt uint32) {
 	g.Reset()
 	logf("http_response", itoa(id), itoa(token), itoa(nh), itoa(bodySize), itoa(nt))
 	if nh > 0 {
-		status, st := g.Header(6, ":status")
-		body, bst := g.GetBuffer(4)
-		tr, tst := g.Header(7, "x-trailer")
+		status, st := g.Header(abi.MapHttpCallResponseHeaders, ":status")
+		body, bst := g.GetBuffer(abi.BufferHttpCallResponseBody)
+		tr, tst := g.Header(abi.MapHttpCallResponseTrailers, "x-trailer")
 		logf("http_response_data", itoa(st), status, itoa(bst), string(body), itoa(tst), tr)
-		_, sst := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetHeaderMapSize(6, d) })
+		_, sst := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetHeaderMapSize(uint32(abi.MapHttpCallResponseHeaders), d) })
 		logf("http_response_size_status", itoa(sst))
 	}
 	stream := callers[token]
@@ -352,16 +355,16 @@ func onHTTPCallResponse(id, token, nh, bodySize, nt uint32) {
 	if st != 0 {
 		return
 	}
-	status, _ := g.Header(6, ":status")
+	status, _ := g.Header(abi.MapHttpCallResponseHeaders, ":status")
 	if status == "" {
 		status = "failed"
 	}
-	logf("add_header", itoa(g.EditHeader('a', 0, "x-call-status", status)))
-	logf("continue", itoa(g.ProxyContinueStream(0)))
+	logf("add_header", itoa(g.EditHeader('a', abi.MapHttpRequestHeaders, "x-call-status", status)))
+	logf("continue", itoa(g.ProxyContinueStream(uint32(abi.StreamHttpRequest))))
 }
 
 func httpCall(id uint32) uint32 {
-	hdrs := g.Pairs{{":method", "GET"}, {":path", "/call"}, {":authority", "host.example"}}
+	hdrs := [][2]string{{":method", "GET"}, {":path", "/call"}, {":authority", "host.example"}}
 	switch arg(2) {
 	case "nopath":
 		hdrs = hdrs[:1]
@@ -372,9 +375,9 @@ func httpCall(id uint32) uint32 {
 	}
 	timeout, _ := strconv.Atoi(arg(1))
 	up := g.S(arg(0))
-	h := g.EncodePairs(hdrs)
+	h := abi.EncodePairs(hdrs)
 	body := []byte("call-body")
-	tr := g.EncodePairs(g.Pairs{{"x-req-trailer", "t"}})
+	tr := abi.EncodePairs([][2]string{{"x-req-trailer", "t"}})
 	var token uint32
 	st := g.ProxyHTTPCall(up.A(), up.N(), g.Addr(h), uint32(len(h)), g.Addr(body), uint32(len(body)), g.Addr(tr), uint32(len(tr)), uint32(int32(timeout)), g.Ptr(&token))
 	runtime.KeepAlive(up.B)
@@ -389,7 +392,7 @@ func httpCall(id uint32) uint32 {
 	return 1
 }
 
-func setBuffer(typ, eos uint32) uint32 {
+func setBuffer(typ abi.BufferType, eos uint32) uint32 {
 	if eos == 0 {
 		return 1
 	}
@@ -449,10 +452,10 @@ func queue() {
 	runtime.KeepAlive(data.B)
 }
 
-func define(typ uint32, name string) (uint32, uint32) {
+func define(typ abi.MetricType, name string) (uint32, uint32) {
 	n := g.S(name)
 	var id uint32
-	st := g.ProxyDefineMetric(typ, n.A(), n.N(), g.Ptr(&id))
+	st := g.ProxyDefineMetric(uint32(typ), n.A(), n.N(), g.Ptr(&id))
 	runtime.KeepAlive(n.B)
 	return id, st
 }
@@ -464,14 +467,14 @@ func getMetric(id uint32) (uint64, uint32) {
 }
 
 func metrics() {
-	c, st := define(0, "wasm_requests")
+	c, st := define(abi.MetricCounter, "wasm_requests")
 	logf("define_counter", itoa(st), itoa(c))
 	logf("inc_counter", itoa(g.ProxyIncrementMetric(c, 5)))
 	logf("dec_counter", itoa(g.ProxyIncrementMetric(c, -1)))
 	logf("record_counter", itoa(g.ProxyRecordMetric(c, 2)))
 	v, st := getMetric(c)
 	logf("get_counter", itoa(st), itoa(v))
-	gg, st := define(1, "wasm_inflight")
+	gg, st := define(abi.MetricGauge, "wasm_inflight")
 	logf("define_gauge", itoa(st), itoa(gg))
 	g.ProxyIncrementMetric(gg, 10)
 	g.ProxyIncrementMetric(gg, -3)
@@ -480,7 +483,7 @@ func metrics() {
 	logf("record_gauge", itoa(g.ProxyRecordMetric(gg, 100)))
 	v, _ = getMetric(gg)
 	logf("get_gauge2", itoa(v))
-	h, st := define(2, "wasm_latency")
+	h, st := define(abi.MetricHistogram, "wasm_latency")
 	logf("define_hist", itoa(st), itoa(h))
 	logf("record_hist", itoa(g.ProxyRecordMetric(h, 42)))
 	_, st = getMetric(h)
@@ -501,6 +504,8 @@ var reqProps = [][]string{
 	{"plugin_name"}, {"plugin_root_id"}, {"plugin_vm_id"}, {"xds", "node", "id"}, {"xds", "node", "cluster"},
 	{"node"}, {"xds", "cluster_name"}, {"xds", "route_name"}, {"route_name"}, {"cluster_name"},
 	{"listener_direction"}, {"no", "such"}, {"my_key"},
+	{"request"}, {"upstream"}, {"xds"}, {"connection_id"}, {"request", "path", "x"}, {"connection", "nope"},
+	{"upstream", "address"}, {"plugin_name", "x"}, {"connection", "mtls"}, {"xds", "nope"},
 }
 
 var respProps = [][]string{
@@ -529,41 +534,42 @@ func logLevel() {
 	st := g.ProxyGetLogLevel(g.Ptr(&lvl))
 	logf("log_level", itoa(st), itoa(lvl))
 	logf("log_bad_level", itoa(g.LogAt(9, "x")))
-	for l := uint32(0); l <= 5; l++ {
+	for l := abi.LogLevelTrace; l <= abi.LogLevelCritical; l++ {
 		g.LogAt(l, "level-"+itoa(l))
 	}
 }
 
 func reqHeaderOps() {
-	v, st := g.Header(0, ":path")
+	v, st := g.Header(abi.MapHttpRequestHeaders, ":path")
 	logf("get_path", itoa(st), v)
-	_, st = g.Header(0, "missing")
+	_, st = g.Header(abi.MapHttpRequestHeaders, "missing")
 	logf("get_missing", itoa(st))
-	logf("add", itoa(g.EditHeader('a', 0, "X-Added", "1")))
-	logf("replace_path", itoa(g.EditHeader('r', 0, ":path", "/rewritten")))
-	logf("replace_new", itoa(g.EditHeader('r', 0, "x-new", "n")))
-	logf("remove", itoa(g.EditHeader('d', 0, "x-remove", "")))
+	logf("add", itoa(g.EditHeader('a', abi.MapHttpRequestHeaders, "X-Added", "1")))
+	logf("replace_path", itoa(g.EditHeader('r', abi.MapHttpRequestHeaders, ":path", "/rewritten")))
+	logf("replace_new", itoa(g.EditHeader('r', abi.MapHttpRequestHeaders, "x-new", "n")))
+	logf("remove", itoa(g.EditHeader('d', abi.MapHttpRequestHeaders, "x-remove", "")))
 	var size uint32
-	logf("size", itoa(g.ProxyGetHeaderMapSize(0, g.Ptr(&size))), itoa(size))
-	pairs, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetHeaderMapPairs(0, d, s) })
+	logf("size", itoa(g.ProxyGetHeaderMapSize(uint32(abi.MapHttpRequestHeaders), g.Ptr(&size))), itoa(size))
+	pairs, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyGetHeaderMapPairs(uint32(abi.MapHttpRequestHeaders), d, s) })
 	var keys []string
-	for _, kv := range g.DecodePairs(pairs) {
+	decoded, _ := abi.DecodePairs(pairs)
+	for _, kv := range decoded {
 		keys = append(keys, kv[0]+"="+kv[1])
 	}
 	logf("pairs", itoa(st), strings.Join(keys, ","))
-	_, st = g.Header(6, ":status")
+	_, st = g.Header(abi.MapHttpCallResponseHeaders, ":status")
 	logf("call_headers_outside", itoa(st))
 	var n, flags uint32
-	logf("call_body_outside", itoa(g.ProxyGetBufferStatus(4, g.Ptr(&n), g.Ptr(&flags))))
-	logf("plugin_config_outside", itoa(g.ProxyGetBufferStatus(7, g.Ptr(&n), g.Ptr(&flags))))
-	logf("vm_config", itoa(g.ProxyGetBufferStatus(6, g.Ptr(&n), g.Ptr(&flags))), itoa(n))
-	logf("set_vm_config", itoa(g.SetBuffer(6, 0, 0, "x")))
-	logf("set_body_outside", itoa(g.SetBuffer(0, 0, 0, "x")))
+	logf("call_body_outside", itoa(g.ProxyGetBufferStatus(uint32(abi.BufferHttpCallResponseBody), g.Ptr(&n), g.Ptr(&flags))))
+	logf("plugin_config_outside", itoa(g.ProxyGetBufferStatus(uint32(abi.BufferPluginConfiguration), g.Ptr(&n), g.Ptr(&flags))))
+	logf("vm_config", itoa(g.ProxyGetBufferStatus(uint32(abi.BufferVMConfiguration), g.Ptr(&n), g.Ptr(&flags))), itoa(n))
+	logf("set_vm_config", itoa(g.SetBuffer(abi.BufferVMConfiguration, 0, 0, "x")))
+	logf("set_body_outside", itoa(g.SetBuffer(abi.BufferHttpRequestBody, 0, 0, "x")))
 	_, st = g.Header(99, "x")
 	logf("bad_map_type", itoa(st))
 	logf("bad_buffer_type", itoa(g.ProxyGetBufferStatus(99, g.Ptr(&n), g.Ptr(&flags))))
 	logf("bad_stream_type", itoa(g.ProxyContinueStream(9)))
-	logf("upstream_continue", itoa(g.ProxyContinueStream(3)))
+	logf("upstream_continue", itoa(g.ProxyContinueStream(uint32(abi.StreamUpstream))))
 	logf("effective_bad", itoa(g.ProxySetEffectiveContext(9999)))
 	logf("done", itoa(g.ProxyDone()))
 	name := g.S("nope")
@@ -599,7 +605,7 @@ func badPointers() {
 	add("register_queue", g.ProxyRegisterSharedQueue(bad, 10, g.Ptr(&out)))
 	add("enqueue", g.ProxyEnqueueSharedQueue(1, bad, 10))
 	add("define_metric", g.ProxyDefineMetric(0, bad, 10, g.Ptr(&out)))
-	id, _ := define(0, "badptr_counter")
+	id, _ := define(abi.MetricCounter, "badptr_counter")
 	add("get_metric", g.ProxyGetMetric(id, bad))
 	add("local_response", g.ProxySendLocalResponse(500, 0, 0, bad, 10, 0, 0, 0))
 	add("log_level", g.ProxyGetLogLevel(bad))

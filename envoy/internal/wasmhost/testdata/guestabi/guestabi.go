@@ -2,13 +2,16 @@
 
 // Package guestabi is a minimal raw proxy-wasm v0.2.1 binding for the
 // wasmhost test guests. Pointers are passed as plain uint32 addresses so a
-// guest can also hand the host deliberately bad ones.
+// guest can also hand the host deliberately bad ones; the helpers take the
+// catalogue's enums and the pairs codec is the catalogue's
+// (internal/proxywasmabi).
 package guestabi
 
 import (
-	"encoding/binary"
 	"runtime"
 	"unsafe"
+
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 //go:wasmimport env proxy_log
@@ -143,12 +146,12 @@ func Bytes(addr, size uint32) []byte {
 }
 
 // Log logs at info.
-func Log(msg string) { LogAt(2, msg) }
+func Log(msg string) { LogAt(abi.LogLevelInfo, msg) }
 
 // LogAt logs at a proxy-wasm level.
-func LogAt(level uint32, msg string) uint32 {
+func LogAt(level abi.LogLevel, msg string) uint32 {
 	b := []byte(msg)
-	st := ProxyLog(level, Addr(b), uint32(len(b)))
+	st := ProxyLog(uint32(level), Addr(b), uint32(len(b)))
 	runtime.KeepAlive(b)
 	return st
 }
@@ -178,28 +181,29 @@ func (s Str) A() uint32 { return Addr(s.B) }
 func (s Str) N() uint32 { return uint32(len(s.B)) }
 
 // GetBuffer reads a whole buffer.
-func GetBuffer(typ uint32) ([]byte, uint32) {
-	return Out1(func(d, s uint32) uint32 { return ProxyGetBufferBytes(typ, 0, 0xffffffff, d, s) })
+func GetBuffer(typ abi.BufferType) ([]byte, uint32) {
+	return Out1(func(d, s uint32) uint32 { return ProxyGetBufferBytes(uint32(typ), 0, 0xffffffff, d, s) })
 }
 
 // SetBuffer calls proxy_set_buffer_bytes.
-func SetBuffer(typ, start, size uint32, data string) uint32 {
+func SetBuffer(typ abi.BufferType, start, size uint32, data string) uint32 {
 	d := S(data)
-	st := ProxySetBufferBytes(typ, start, size, d.A(), d.N())
+	st := ProxySetBufferBytes(uint32(typ), start, size, d.A(), d.N())
 	runtime.KeepAlive(d.B)
 	return st
 }
 
 // Header reads one header value.
-func Header(typ uint32, key string) (string, uint32) {
+func Header(typ abi.MapType, key string) (string, uint32) {
 	k := S(key)
-	v, st := Out1(func(d, s uint32) uint32 { return ProxyGetHeaderMapValue(typ, k.A(), k.N(), d, s) })
+	v, st := Out1(func(d, s uint32) uint32 { return ProxyGetHeaderMapValue(uint32(typ), k.A(), k.N(), d, s) })
 	runtime.KeepAlive(k.B)
 	return string(v), st
 }
 
 // EditHeader calls add (op 'a'), replace ('r') or remove ('d').
-func EditHeader(op byte, typ uint32, key, value string) uint32 {
+func EditHeader(op byte, mapType abi.MapType, key, value string) uint32 {
+	typ := uint32(mapType)
 	k, v := S(key), S(value)
 	defer runtime.KeepAlive(k.B)
 	defer runtime.KeepAlive(v.B)
@@ -213,52 +217,9 @@ func EditHeader(op byte, typ uint32, key, value string) uint32 {
 	}
 }
 
-// Pairs is a decoded header map.
-type Pairs [][2]string
-
-// DecodePairs parses the proxy-wasm map serialization.
-func DecodePairs(b []byte) Pairs {
-	if len(b) < 4 {
-		return nil
-	}
-	n := int(binary.LittleEndian.Uint32(b))
-	pos := 4 + 8*n
-	var out Pairs
-	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint32(b[4+8*i:]))
-		vl := int(binary.LittleEndian.Uint32(b[8+8*i:]))
-		k := string(b[pos : pos+kl])
-		pos += kl + 1
-		v := string(b[pos : pos+vl])
-		pos += vl + 1
-		out = append(out, [2]string{k, v})
-	}
-	return out
-}
-
-// EncodePairs serializes a header map.
-func EncodePairs(p Pairs) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(p)))
-	for _, kv := range p {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(kv[0])))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(kv[1])))
-	}
-	for _, kv := range p {
-		b = append(append(b, kv[0]...), 0)
-		b = append(append(b, kv[1]...), 0)
-	}
-	return b
-}
-
 // Property reads a property given its path segments.
 func Property(parts ...string) ([]byte, uint32) {
-	var path []byte
-	for i, p := range parts {
-		if i > 0 {
-			path = append(path, 0)
-		}
-		path = append(path, p...)
-	}
+	path := abi.EncodePropertyPath(parts)
 	v, st := Out1(func(d, s uint32) uint32 { return ProxyGetProperty(Addr(path), uint32(len(path)), d, s) })
 	runtime.KeepAlive(path)
 	return v, st

@@ -1,4 +1,4 @@
-package abi
+package proxywasmabi
 
 import (
 	"bytes"
@@ -6,17 +6,24 @@ import (
 	"testing"
 )
 
+// The v0.2.1 spec's own example: {{"a": "1"}, {"b": "22"}}.
+var specExample = []byte{
+	2, 0, 0, 0,
+	1, 0, 0, 0, 1, 0, 0, 0,
+	1, 0, 0, 0, 2, 0, 0, 0,
+	'a', 0, '1', 0, 'b', 0, '2', '2', 0,
+}
+
 func TestEncodePairsMatchesSpecExample(t *testing.T) {
-	// The v0.2.1 spec's own example: {{"a": "1"}, {"b": "22"}}.
-	got := EncodePairs([][2]string{{"a", "1"}, {"b", "22"}})
-	want := []byte{
-		2, 0, 0, 0,
-		1, 0, 0, 0, 1, 0, 0, 0,
-		1, 0, 0, 0, 2, 0, 0, 0,
-		'a', 0, '1', 0, 'b', 0, '2', '2', 0,
+	if got := EncodePairs([][2]string{{"a", "1"}, {"b", "22"}}); !bytes.Equal(got, specExample) {
+		t.Fatalf("EncodePairs = %v, want %v", got, specExample)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("EncodePairs = %v, want %v", got, want)
+	h := []struct{ k, v string }{{"a", "1"}, {"b", "22"}}
+	if got := EncodePairsFunc(len(h), func(i int) (string, string) { return h[i].k, h[i].v }); !bytes.Equal(got, specExample) {
+		t.Fatalf("EncodePairsFunc = %v, want %v", got, specExample)
+	}
+	if got := EncodePairs(nil); got != nil {
+		t.Fatalf("EncodePairs(nil) = %v, want no bytes", got)
 	}
 }
 
@@ -28,6 +35,11 @@ func TestDecodePairs(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, in) {
 		t.Fatalf("round trip = %q, want %q", got, in)
+	}
+	var seen [][2]string
+	if err := DecodePairsFunc(specExample, func(k, v string) { seen = append(seen, [2]string{k, v}) }); err != nil ||
+		!reflect.DeepEqual(seen, [][2]string{{"a", "1"}, {"b", "22"}}) {
+		t.Fatalf("DecodePairsFunc = %q, %v", seen, err)
 	}
 	for _, empty := range [][]byte{nil, {0}, {0, 0, 0, 0}} {
 		got, err := DecodePairs(empty)
@@ -43,6 +55,7 @@ func TestDecodePairsRejectsMalformed(t *testing.T) {
 		"short header":      {1, 0},
 		"huge count":        {0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0},
 		"truncated":         good[:len(good)-1],
+		"trailing byte":     append(append([]byte{}, good...), 0),
 		"missing key NUL":   append(append([]byte{}, good[:12]...), 'k', 'x', 'v', 0),
 		"oversized value":   {1, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 'k', 0, 'v', 0},
 		"missing value NUL": append(append([]byte{}, good[:12]...), 'k', 0, 'v', 'x'),
@@ -51,59 +64,40 @@ func TestDecodePairsRejectsMalformed(t *testing.T) {
 		if got, err := DecodePairs(in); err == nil {
 			t.Errorf("%s: DecodePairs(%v) = %q, want error", name, in, got)
 		}
+		called := false
+		if err := DecodePairsFunc(in, func(string, string) { called = true }); err == nil || called {
+			t.Errorf("%s: DecodePairsFunc = %v, called %v; want an error before any pair", name, err, called)
+		}
 	}
 }
 
 func FuzzDecodePairs(f *testing.F) {
-	f.Add(EncodePairs([][2]string{{"a", "1"}, {"b", "22"}}))
+	f.Add(specExample)
 	f.Add(EncodePairs([][2]string{{":authority", "chime-host"}, {"", ""}}))
 	f.Add([]byte{})
 	f.Add([]byte{0})
 	f.Add([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		pairs, err := DecodePairs(in)
-		if err != nil {
+		if err != nil || len(pairs) == 0 {
 			return
 		}
-		// Whatever decodes must re-encode and decode to the same map.
-		again, err := DecodePairs(EncodePairs(pairs))
-		if err != nil || len(again) != len(pairs) || (len(pairs) > 0 && !reflect.DeepEqual(again, pairs)) {
-			t.Fatalf("re-decode of %q = %q, %v", pairs, again, err)
+		// Anything accepted with pairs re-encodes to the same bytes.
+		if again := EncodePairs(pairs); !bytes.Equal(again, in) {
+			t.Fatalf("round trip mismatch: %v -> %q -> %v", in, pairs, again)
 		}
 	})
 }
 
-func TestEncodePropertyPath(t *testing.T) {
-	if got := string(EncodePropertyPath([]string{"request", "headers", "x"})); got != "request\x00headers\x00x" {
-		t.Fatalf("EncodePropertyPath = %q", got)
+func TestPropertyPath(t *testing.T) {
+	p := EncodePropertyPath([]string{"request", "headers", "x"})
+	if string(p) != "request\x00headers\x00x" {
+		t.Fatalf("EncodePropertyPath = %q", p)
 	}
-}
-
-func TestAllocationsTakeOnce(t *testing.T) {
-	var a Allocations
-	buf, addr := a.Alloc(8)
-	copy(buf, "abcdefgh")
-	_, addr2 := a.Alloc(0)
-	if a.Len() != 2 {
-		t.Fatalf("Len = %d, want 2", a.Len())
-	}
-	got, ok := a.Take(addr, 3)
-	if !ok || string(got) != "abc" {
-		t.Fatalf("Take = %q, %v", got, ok)
-	}
-	if _, ok := a.Take(addr, 3); ok {
-		t.Fatal("second Take of the same buffer succeeded")
-	}
-	if _, ok := a.Take(addr2, 2); ok {
-		t.Fatal("Take larger than the allocation succeeded")
-	}
-	if _, ok := a.Take(12345, 0); ok {
-		t.Fatal("Take of an unknown address succeeded")
-	}
-	a.Alloc(4)
-	a.Reset()
-	if a.Len() != 0 {
-		t.Fatalf("Len after Reset = %d", a.Len())
+	for _, in := range []string{string(p), string(p) + "\x00"} {
+		if got := SplitPropertyPath(in); !reflect.DeepEqual(got, []string{"request", "headers", "x"}) {
+			t.Errorf("SplitPropertyPath(%q) = %q", in, got)
+		}
 	}
 }
 

@@ -1,25 +1,25 @@
 //go:build wasip1
 
-package proxywasm
+package bridge
 
 import (
 	"unsafe"
 
-	"github.com/chimehq/chime/plugin/proxywasm/internal/abi"
+	abi "github.com/chimehq/chime/internal/proxywasmabi"
 )
 
 // memory keeps buffers given to the host by proxy_on_memory_allocate alive
 // until a hostcall's result is read back.
-var memory abi.Allocations
+var memory Allocations
 
-func init() { abi.SetHost(wasmHost{}) }
+func init() { SetHost(wasmHost{}) }
 
 func bytesPtr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 func strPtr(s string) unsafe.Pointer   { return unsafe.Pointer(unsafe.StringData(s)) }
 
 // result reads back a buffer the host filled through proxy_on_memory_allocate.
-func result(ptr, size, st uint32) ([]byte, uint32) {
-	if st != abi.StatusOK {
+func result(ptr, size, status uint32) ([]byte, abi.Status) {
+	if st := abi.Status(status); st != abi.StatusOK {
 		return nil, st
 	}
 	if size == 0 {
@@ -35,146 +35,157 @@ func result(ptr, size, st uint32) ([]byte, uint32) {
 	return b, abi.StatusOK
 }
 
-// wasmHost implements abi.Host with the proxy_* imports of ABI v0.2.1.
+// wasmHost implements Host with the proxy_* imports of ABI v0.2.1.
 type wasmHost struct{}
 
-func (wasmHost) Log(level uint32, msg string) uint32 {
-	return proxy_log(level, strPtr(msg), uint32(len(msg)))
+func (wasmHost) Log(level abi.LogLevel, msg string) abi.Status {
+	return abi.Status(proxy_log(uint32(level), strPtr(msg), uint32(len(msg))))
 }
 
-func (wasmHost) GetLogLevel() (uint32, uint32) {
+func (wasmHost) GetLogLevel() (abi.LogLevel, abi.Status) {
 	var l uint32
 	st := proxy_get_log_level(&l)
-	return l, st
+	return abi.LogLevel(l), abi.Status(st)
 }
 
-func (wasmHost) GetProperty(path []byte) ([]byte, uint32) {
+func (wasmHost) GetProperty(path []byte) ([]byte, abi.Status) {
 	var p, n uint32
 	st := proxy_get_property(bytesPtr(path), uint32(len(path)), &p, &n)
 	return result(p, n, st)
 }
 
-func (wasmHost) SetProperty(path, value []byte) uint32 {
-	return proxy_set_property(bytesPtr(path), uint32(len(path)), bytesPtr(value), uint32(len(value)))
+func (wasmHost) SetProperty(path, value []byte) abi.Status {
+	return abi.Status(proxy_set_property(bytesPtr(path), uint32(len(path)), bytesPtr(value), uint32(len(value))))
 }
 
-func (wasmHost) GetBufferBytes(buffer, start, maxSize uint32) ([]byte, uint32) {
+func (wasmHost) GetBufferBytes(buffer abi.BufferType, start, maxSize uint32) ([]byte, abi.Status) {
 	var p, n uint32
-	st := proxy_get_buffer_bytes(buffer, start, maxSize, &p, &n)
+	st := proxy_get_buffer_bytes(uint32(buffer), start, maxSize, &p, &n)
 	return result(p, n, st)
 }
 
-func (wasmHost) GetBufferStatus(buffer uint32) (uint32, uint32) {
+func (wasmHost) GetBufferStatus(buffer abi.BufferType) (uint32, abi.Status) {
 	var size, flags uint32
-	st := proxy_get_buffer_status(buffer, &size, &flags)
-	return size, st
+	st := proxy_get_buffer_status(uint32(buffer), &size, &flags)
+	return size, abi.Status(st)
 }
 
-func (wasmHost) SetBufferBytes(buffer, start, size uint32, value []byte) uint32 {
-	return proxy_set_buffer_bytes(buffer, start, size, bytesPtr(value), uint32(len(value)))
+func (wasmHost) SetBufferBytes(buffer abi.BufferType, start, size uint32, value []byte) abi.Status {
+	return abi.Status(proxy_set_buffer_bytes(uint32(buffer), start, size, bytesPtr(value), uint32(len(value))))
 }
 
-func (wasmHost) GetHeaderMapPairs(mapType uint32) ([]byte, uint32) {
+func (wasmHost) GetHeaderMapPairs(mapType abi.MapType) ([]byte, abi.Status) {
 	var p, n uint32
-	st := proxy_get_header_map_pairs(mapType, &p, &n)
+	st := proxy_get_header_map_pairs(uint32(mapType), &p, &n)
 	return result(p, n, st)
 }
 
-func (wasmHost) SetHeaderMapPairs(mapType uint32, pairs []byte) uint32 {
-	return proxy_set_header_map_pairs(mapType, bytesPtr(pairs), uint32(len(pairs)))
+func (wasmHost) SetHeaderMapPairs(mapType abi.MapType, pairs []byte) abi.Status {
+	return abi.Status(proxy_set_header_map_pairs(uint32(mapType), bytesPtr(pairs), uint32(len(pairs))))
 }
 
-func (wasmHost) GetHeaderMapValue(mapType uint32, key string) ([]byte, uint32) {
+func (wasmHost) GetHeaderMapValue(mapType abi.MapType, key string) ([]byte, abi.Status) {
 	var p, n uint32
-	st := proxy_get_header_map_value(mapType, strPtr(key), uint32(len(key)), &p, &n)
+	st := proxy_get_header_map_value(uint32(mapType), strPtr(key), uint32(len(key)), &p, &n)
 	return result(p, n, st)
 }
 
-func (wasmHost) ReplaceHeaderMapValue(mapType uint32, key, value string) uint32 {
-	return proxy_replace_header_map_value(mapType, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))
+func (wasmHost) ReplaceHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
+	return abi.Status(proxy_replace_header_map_value(uint32(mapType), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
 }
 
-func (wasmHost) RemoveHeaderMapValue(mapType uint32, key string) uint32 {
-	return proxy_remove_header_map_value(mapType, strPtr(key), uint32(len(key)))
+func (wasmHost) RemoveHeaderMapValue(mapType abi.MapType, key string) abi.Status {
+	return abi.Status(proxy_remove_header_map_value(uint32(mapType), strPtr(key), uint32(len(key))))
 }
 
-func (wasmHost) AddHeaderMapValue(mapType uint32, key, value string) uint32 {
-	return proxy_add_header_map_value(mapType, strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value)))
+func (wasmHost) AddHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
+	return abi.Status(proxy_add_header_map_value(uint32(mapType), strPtr(key), uint32(len(key)), strPtr(value), uint32(len(value))))
 }
 
-func (wasmHost) ContinueStream(stream uint32) uint32 { return proxy_continue_stream(stream) }
-func (wasmHost) CloseStream(stream uint32) uint32    { return proxy_close_stream(stream) }
-
-func (wasmHost) SendLocalResponse(statusCode uint32, details string, body, headers []byte, grpcStatus int32) uint32 {
-	return proxy_send_local_response(statusCode, strPtr(details), uint32(len(details)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(headers), uint32(len(headers)), grpcStatus)
+func (wasmHost) ContinueStream(stream abi.StreamType) abi.Status {
+	return abi.Status(proxy_continue_stream(uint32(stream)))
 }
 
-func (wasmHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, uint32) {
+func (wasmHost) CloseStream(stream abi.StreamType) abi.Status {
+	return abi.Status(proxy_close_stream(uint32(stream)))
+}
+
+func (wasmHost) SendLocalResponse(statusCode uint32, details string, body, headers []byte, grpcStatus int32) abi.Status {
+	return abi.Status(proxy_send_local_response(statusCode, strPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(headers), uint32(len(headers)), grpcStatus))
+}
+
+func (wasmHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, abi.Status) {
 	var id uint32
 	st := proxy_http_call(strPtr(upstream), uint32(len(upstream)), bytesPtr(headers), uint32(len(headers)),
 		bytesPtr(body), uint32(len(body)), bytesPtr(trailers), uint32(len(trailers)), timeoutMs, &id)
-	return id, st
+	return id, abi.Status(st)
 }
 
-func (wasmHost) SetTickPeriodMilliseconds(ms uint32) uint32 {
-	return proxy_set_tick_period_milliseconds(ms)
+func (wasmHost) SetTickPeriodMilliseconds(ms uint32) abi.Status {
+	return abi.Status(proxy_set_tick_period_milliseconds(ms))
 }
 
-func (wasmHost) SetSharedData(key string, value []byte, cas uint32) uint32 {
-	return proxy_set_shared_data(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas)
+func (wasmHost) SetSharedData(key string, value []byte, cas uint32) abi.Status {
+	return abi.Status(proxy_set_shared_data(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
 }
 
-func (wasmHost) GetSharedData(key string) ([]byte, uint32, uint32) {
+func (wasmHost) GetSharedData(key string) ([]byte, uint32, abi.Status) {
 	var p, n, cas uint32
 	st := proxy_get_shared_data(strPtr(key), uint32(len(key)), &p, &n, &cas)
-	v, st := result(p, n, st)
-	return v, cas, st
+	v, status := result(p, n, st)
+	return v, cas, status
 }
 
-func (wasmHost) RegisterSharedQueue(name string) (uint32, uint32) {
+func (wasmHost) RegisterSharedQueue(name string) (uint32, abi.Status) {
 	var id uint32
 	st := proxy_register_shared_queue(strPtr(name), uint32(len(name)), &id)
-	return id, st
+	return id, abi.Status(st)
 }
 
-func (wasmHost) ResolveSharedQueue(vmID, name string) (uint32, uint32) {
+func (wasmHost) ResolveSharedQueue(vmID, name string) (uint32, abi.Status) {
 	var id uint32
 	st := proxy_resolve_shared_queue(strPtr(vmID), uint32(len(vmID)), strPtr(name), uint32(len(name)), &id)
-	return id, st
+	return id, abi.Status(st)
 }
 
-func (wasmHost) EnqueueSharedQueue(queueID uint32, value []byte) uint32 {
-	return proxy_enqueue_shared_queue(queueID, bytesPtr(value), uint32(len(value)))
+func (wasmHost) EnqueueSharedQueue(queueID uint32, value []byte) abi.Status {
+	return abi.Status(proxy_enqueue_shared_queue(queueID, bytesPtr(value), uint32(len(value))))
 }
 
-func (wasmHost) DequeueSharedQueue(queueID uint32) ([]byte, uint32) {
+func (wasmHost) DequeueSharedQueue(queueID uint32) ([]byte, abi.Status) {
 	var p, n uint32
 	st := proxy_dequeue_shared_queue(queueID, &p, &n)
 	return result(p, n, st)
 }
 
-func (wasmHost) DefineMetric(metricType uint32, name string) (uint32, uint32) {
+func (wasmHost) DefineMetric(metricType abi.MetricType, name string) (uint32, abi.Status) {
 	var id uint32
-	st := proxy_define_metric(metricType, strPtr(name), uint32(len(name)), &id)
-	return id, st
+	st := proxy_define_metric(uint32(metricType), strPtr(name), uint32(len(name)), &id)
+	return id, abi.Status(st)
 }
 
-func (wasmHost) IncrementMetric(id uint32, delta int64) uint32 {
-	return proxy_increment_metric(id, delta)
+func (wasmHost) IncrementMetric(id uint32, delta int64) abi.Status {
+	return abi.Status(proxy_increment_metric(id, delta))
 }
-func (wasmHost) RecordMetric(id uint32, value uint64) uint32 { return proxy_record_metric(id, value) }
 
-func (wasmHost) GetMetric(id uint32) (uint64, uint32) {
+func (wasmHost) RecordMetric(id uint32, value uint64) abi.Status {
+	return abi.Status(proxy_record_metric(id, value))
+}
+
+func (wasmHost) GetMetric(id uint32) (uint64, abi.Status) {
 	var v uint64
 	st := proxy_get_metric(id, &v)
-	return v, st
+	return v, abi.Status(st)
 }
 
-func (wasmHost) SetEffectiveContext(id uint32) uint32 { return proxy_set_effective_context(id) }
-func (wasmHost) Done() uint32                         { return proxy_done() }
+func (wasmHost) SetEffectiveContext(id uint32) abi.Status {
+	return abi.Status(proxy_set_effective_context(id))
+}
 
-func (wasmHost) CallForeignFunction(name string, args []byte) ([]byte, uint32) {
+func (wasmHost) Done() abi.Status { return abi.Status(proxy_done()) }
+
+func (wasmHost) CallForeignFunction(name string, args []byte) ([]byte, abi.Status) {
 	var p, n uint32
 	st := proxy_call_foreign_function(strPtr(name), uint32(len(name)), bytesPtr(args), uint32(len(args)), &p, &n)
 	return result(p, n, st)

@@ -1,4 +1,4 @@
-package abi
+package bridge
 
 import "unsafe"
 

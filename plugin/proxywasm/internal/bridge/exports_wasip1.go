@@ -1,13 +1,11 @@
 //go:build wasip1
 
-package proxywasm
+package bridge
 
-import "github.com/chimehq/chime/plugin/proxywasm/internal/abi"
-
-// The proxy-wasm v0.2.1 callbacks. Each one enters through callback(), which
-// drops host allocations left over from earlier callbacks, then routes to
-// the dispatcher. Reentrant calls (a host calling back while a hostcall is in
-// progress) keep the live allocations.
+// The proxy-wasm v0.2.1 callbacks (abi.GuestCallbacks). Each one enters
+// through enter(), which drops host allocations left over from earlier
+// callbacks, then routes to the installed Guest. Reentrant calls (a host
+// calling back while a hostcall is in progress) keep the live allocations.
 
 var depth int
 
@@ -40,112 +38,110 @@ func proxyOnMemoryAllocate(size uint32) uint32 {
 func proxyOnVMStart(rootID, size uint32) uint32 {
 	enter()
 	defer leave()
-	return b2u(guest{}.OnVMStart(rootID, size))
+	return b2u(guest.OnVMStart(rootID, size))
 }
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootID, size uint32) uint32 {
 	enter()
 	defer leave()
-	return b2u(guest{}.OnConfigure(rootID, size))
+	return b2u(guest.OnConfigure(rootID, size))
 }
 
 //go:wasmexport proxy_on_context_create
 func proxyOnContextCreate(contextID, parentID uint32) {
 	enter()
 	defer leave()
-	guest{}.OnContextCreate(contextID, parentID)
+	guest.OnContextCreate(contextID, parentID)
 }
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnRequestHeaders(contextID, numHeaders, endOfStream != 0)
+	return uint32(guest.OnRequestHeaders(contextID, numHeaders, endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_request_body
 func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnRequestBody(contextID, bodySize, endOfStream != 0)
+	return uint32(guest.OnRequestBody(contextID, bodySize, endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_request_trailers
 func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnRequestTrailers(contextID, numTrailers)
+	return uint32(guest.OnRequestTrailers(contextID, numTrailers))
 }
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnResponseHeaders(contextID, numHeaders, endOfStream != 0)
+	return uint32(guest.OnResponseHeaders(contextID, numHeaders, endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_response_body
 func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnResponseBody(contextID, bodySize, endOfStream != 0)
+	return uint32(guest.OnResponseBody(contextID, bodySize, endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_response_trailers
 func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 	enter()
 	defer leave()
-	return guest{}.OnResponseTrailers(contextID, numTrailers)
+	return uint32(guest.OnResponseTrailers(contextID, numTrailers))
 }
 
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrailers uint32) {
 	enter()
 	defer leave()
-	guest{}.OnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrailers)
+	guest.OnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrailers)
 }
 
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootID uint32) {
 	enter()
 	defer leave()
-	guest{}.OnTick(rootID)
+	guest.OnTick(rootID)
 }
 
 //go:wasmexport proxy_on_queue_ready
 func proxyOnQueueReady(rootID, queueID uint32) {
 	enter()
 	defer leave()
-	guest{}.OnQueueReady(rootID, queueID)
+	guest.OnQueueReady(rootID, queueID)
 }
 
 //go:wasmexport proxy_on_foreign_function
 func proxyOnForeignFunction(rootID, functionID, argumentsSize uint32) {
 	enter()
 	defer leave()
-	guest{}.OnForeignFunction(rootID, functionID, argumentsSize)
+	guest.OnForeignFunction(rootID, functionID, argumentsSize)
 }
 
 //go:wasmexport proxy_on_log
 func proxyOnLog(contextID uint32) {
 	enter()
 	defer leave()
-	guest{}.OnLog(contextID)
+	guest.OnLog(contextID)
 }
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) uint32 {
 	enter()
 	defer leave()
-	return b2u(guest{}.OnDone(contextID))
+	return b2u(guest.OnDone(contextID))
 }
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
 	enter()
 	defer leave()
-	guest{}.OnDelete(contextID)
+	guest.OnDelete(contextID)
 }
-
-var _ abi.Guest = guest{}

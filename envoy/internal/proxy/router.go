@@ -1,0 +1,278 @@
+// The router: the decoder chain's terminal, which picks the route and
+// sends the request upstream, and the upstream response events.
+
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+)
+
+type upEventKind int
+
+const (
+	upHeaders upEventKind = iota
+	upData
+	upEnd
+	upFailed
+)
+
+type upEvent struct {
+	kind     upEventKind
+	resp     *http.Response
+	data     []byte
+	trailers http.Header
+	err      error
+}
+
+type routerTerminal struct{ s *stream }
+
+func (t routerTerminal) headers(end bool) { t.s.routerHeaders(end) }
+func (t routerTerminal) data(b []byte, end bool) {
+	s := t.s
+	if s.upQueue != nil {
+		s.upQueue.write(b)
+	}
+	if end {
+		s.routerEnd()
+	}
+}
+func (t routerTerminal) trailers() {
+	s := t.s
+	if s.reqTrailers != nil {
+		s.upTrailers = http.Header{}
+		for _, e := range *s.reqTrailers {
+			s.upTrailers.Add(e.Key, e.Value)
+		}
+		if s.upQueue != nil {
+			s.upQueue.setTrailers(s.upTrailers)
+		}
+	}
+	s.routerEnd()
+}
+
+// matchRoute (re)selects the route from the current request headers.
+func (s *stream) matchRoute() {
+	s.route = s.l.cfg.MatchRoute(*s.reqHeaders)
+	s.routeMatched = true
+	s.info.RouteName = ""
+	if s.route != nil {
+		s.info.RouteName = s.route.Name
+	}
+}
+
+func (s *stream) routerHeaders(end bool) {
+	s.mu.Lock()
+	dirty := s.routeDirty
+	s.routeDirty = false
+	s.mu.Unlock()
+	if dirty || !s.routeMatched {
+		s.matchRoute()
+	}
+	s.routerGotHdr = true
+	switch {
+	case s.route == nil:
+		s.queueLocalReply(404, nil, nil, "route_not_found")
+	case s.route.Direct != nil:
+		s.queueLocalReply(s.route.Direct.Status, s.route.Direct.Body, nil, "direct_response")
+	default:
+		s.info.ClusterName = s.route.Cluster
+		s.upQueue = newBodyQueue(s.limit, func() {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		})
+		if end {
+			s.routerEnd()
+		}
+	}
+}
+
+// routerEnd is the whole request having reached the router: the route
+// timeout starts now, as in Envoy.
+func (s *stream) routerEnd() {
+	if s.upEnd || s.upQueue == nil {
+		return
+	}
+	s.upEnd = true
+	s.upQueue.close()
+	if t := s.route.Timeout; t > 0 {
+		s.routeTimer = time.NewTimer(t)
+		s.routeTimeout = s.routeTimer.C
+	}
+}
+
+// startUpstream sends the request once the router has its headers. It runs
+// after each event so a body that is already complete goes out with a
+// content-length instead of chunked.
+func (s *stream) startUpstream() {
+	if !s.routerGotHdr || s.upStarted || s.upQueue == nil || s.dec.dead {
+		return
+	}
+	s.upStarted = true
+	cl := s.l.clusters.byName[s.route.Cluster]
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.upCancel = cancel
+	var body io.Reader = s.upQueue
+	length := int64(-1)
+	if s.upEnd && s.upTrailers == nil {
+		b := s.upQueue.drain()
+		body, length = bytes.NewReader(b), int64(len(b))
+	}
+	ep := cl.pick()
+	// Host rewrites happen in the router, after the decoder filters, on the
+	// stream's own headers (later readers such as on_log see them).
+	if s.route.HostRewrite != "" {
+		setAuthority(s.reqHeaders, s.route.HostRewrite)
+	} else if s.route.AutoHostRewrite && ep.hostname != "" {
+		setAuthority(s.reqHeaders, ep.hostname)
+	}
+	req, err := cl.newUpstreamRequest(ctx, ep, *s.reqHeaders, body, length)
+	if err != nil {
+		s.localReply(503, []byte("upstream connect error or disconnect/reset before headers. reset reason: "+err.Error()), nil, "upstream_reset_before_response_started{invalid_request}")
+		return
+	}
+	if length < 0 {
+		req.Trailer = http.Header{}
+		for _, k := range s.declaredTrailers {
+			req.Trailer[k] = nil
+		}
+		s.upQueue.trailerDst = req.Trailer
+		if s.upTrailers != nil {
+			s.upQueue.setTrailers(s.upTrailers)
+		}
+	}
+	cl.rq.Add(1)
+	s.upStart = time.Now()
+	s.upEvents = make(chan upEvent)
+	go runUpstream(ctx, cl, req, s.upEvents)
+}
+
+// setAuthority replaces :authority where it is, keeping pseudo-headers first.
+func setAuthority(h *httpfilter.Headers, v string) {
+	for i := range *h {
+		if (*h)[i].Key == ":authority" {
+			(*h)[i].Value = v
+			return
+		}
+	}
+	*h = append(httpfilter.Headers{{Key: ":authority", Value: v}}, *h...)
+}
+
+func runUpstream(ctx context.Context, cl *cluster, req *http.Request, out chan<- upEvent) {
+	send := func(ev upEvent) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	resp, err := cl.transport.RoundTrip(req)
+	if err != nil {
+		send(upEvent{kind: upFailed, err: err})
+		return
+	}
+	defer resp.Body.Close()
+	if !send(upEvent{kind: upHeaders, resp: resp}) {
+		return
+	}
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := resp.Body.Read(buf)
+		if n > 0 && !send(upEvent{kind: upData, data: buf[:n]}) {
+			return
+		}
+		if err == io.EOF {
+			send(upEvent{kind: upEnd, trailers: resp.Trailer})
+			return
+		}
+		if err != nil {
+			send(upEvent{kind: upFailed, err: err})
+			return
+		}
+	}
+}
+
+func (s *stream) stopUpstream() {
+	if s.upCancel != nil {
+		s.upCancel()
+	}
+	if s.upQueue != nil {
+		s.upQueue.abort(context.Canceled)
+	}
+	s.upEvents = nil
+	s.routeTimeout = nil
+	if s.routeTimer != nil {
+		s.routeTimer.Stop()
+	}
+}
+
+func (s *stream) onUpstream(ev upEvent) {
+	switch ev.kind {
+	case upFailed:
+		if s.upGotHeaders {
+			s.stopUpstream()
+			s.doReset("upstream_reset_after_response_started")
+			return
+		}
+		reason, details := "connection termination", "connection_termination"
+		var ce *connectError
+		if errors.As(ev.err, &ce) {
+			reason = ce.resetReason()
+			details = strings.ReplaceAll(reason, " ", "_")
+			if ce.transport != "" {
+				reason += ", transport failure reason: " + ce.transport
+				details += "," + strings.ReplaceAll(ce.transport, " ", "_")
+			}
+		}
+		s.localReply(503, []byte("upstream connect error or disconnect/reset before headers. reset reason: "+reason),
+			nil, "upstream_reset_before_response_started{"+details+"}")
+	case upHeaders:
+		s.upGotHeaders = true
+		h := responseHeaders(ev.resp)
+		h = append(h, httpfilter.Header{Key: "x-envoy-upstream-service-time", Value: strconv.FormatInt(time.Since(s.upStart).Milliseconds(), 10)})
+		s.respHeaders = &h
+		s.info.ResponseDetails = "via_upstream"
+		end := ev.resp.ContentLength == 0 && s.r.Method != http.MethodHead || s.r.Method == http.MethodHead
+		if end {
+			s.upstreamDone()
+		}
+		s.enc.pushHeaders(0, end)
+	case upData:
+		s.enc.pushData(0, ev.data, false)
+	case upEnd:
+		s.upstreamDone()
+		var trailers httpfilter.Headers
+		for k, vs := range ev.trailers {
+			for _, v := range vs {
+				trailers = append(trailers, httpfilter.Header{Key: strings.ToLower(k), Value: v})
+			}
+		}
+		if len(trailers) > 0 {
+			s.respTrailers = &trailers
+			s.enc.pushTrailers(0)
+			return
+		}
+		s.enc.pushData(0, nil, true)
+	}
+}
+
+// upstreamDone: the upstream response is complete; the route timeout no
+// longer applies.
+func (s *stream) upstreamDone() {
+	s.upEvents = nil
+	s.routeTimeout = nil
+	if s.routeTimer != nil {
+		s.routeTimer.Stop()
+	}
+}
