@@ -18,6 +18,7 @@ func FuzzPrepareBody(f *testing.F) {
 		`{"requestId":"r","sessionId":"s","directives":[{"kind":"clock","clock":{"dueAt":"2026-02-02T21:00:30Z","task":"t","tool":"","arguments":"{}","repeat":"every 5m","maxRuns":2}}]}`,
 		`{"requestId":"r","sessionId":"s","directives":[{"kind":"clock","clock":null},{"kind":"route","route":"a\u0000b"},{"kind":"clock:clear"}]}`,
 		`{"sessionId":"s","timezone":"Not/AZone"}`,
+		`{"requestId":"r","sessionId":"s","previousResponseId":"resp_1","directives":[{"kind":"route","route":"r","position":3},{"kind":"route","route":"r","position":3},{"kind":"clock:clear","position":-1}]}`,
 		`{"requestId":7}`, `{`, `null`, `[]`, ``, `{"directives":[{}]}`,
 	} {
 		f.Add([]byte(seed))

@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,13 +60,19 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 	}
 	for i, d := range req.Directives {
 		kind := directiveLabel(d.Kind)
-		if err := s.applyDirective(ctx, sid, req.RequestID, d, now); err != nil {
+		applied, err := s.applyOnce(ctx, sid, req, d, now)
+		switch {
+		case err != nil:
 			s.metrics.DirectiveErrors.WithLabelValues(kind).Inc()
 			// The error can quote directive text: debug only.
 			s.log.Debug("directive skipped", "kind", kind, "index", i, "request", req.RequestID, "err", err)
-			continue
+		case !applied:
+			// A resent or retried message: already applied, not an error.
+			s.metrics.DirectiveDuplicates.WithLabelValues(kind).Inc()
+			s.log.Debug("directive already applied", "kind", kind, "index", i, "position", d.Position, "request", req.RequestID)
+		default:
+			s.metrics.Directives.WithLabelValues(kind).Inc()
 		}
-		s.metrics.Directives.WithLabelValues(kind).Inc()
 	}
 	if sid == "" {
 		return ans
@@ -93,6 +101,46 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 		ans.Route = sess.Route
 	}
 	return ans
+}
+
+// applyOnce applies d unless the session already applied the same
+// directive at the same position (SPEC §4 applied once). It claims the
+// directive's digest before applying it, so two copies of one request
+// racing each other apply it once, and releases the claim when applying
+// fails, so a later request may try again. It reports false, nil for a
+// duplicate.
+func (s *Service) applyOnce(ctx context.Context, sid string, req llm.PrepareRequest, d llm.HostDirective, now time.Time) (bool, error) {
+	if sid == "" {
+		return false, errNoSession
+	}
+	digest := directiveDigest(d, req.PreviousResponseID)
+	claimed, err := s.store.ClaimDirective(sid, digest)
+	if err != nil || !claimed {
+		return false, err
+	}
+	if err := s.applyDirective(ctx, sid, req.RequestID, d, now); err != nil {
+		if rerr := s.store.ReleaseDirective(sid, digest); rerr != nil {
+			s.log.Warn("forgetting a failed directive failed; it will not be retried", "err", rerr)
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// directiveDigest identifies a directive at its position: SHA-256 over its
+// canonical JSON form (kind, parsed arguments and position, in the field
+// order of llm.HostDirective, so spacing inside the tag does not matter)
+// and the Responses previous_response_id its position counts from.
+func directiveDigest(d llm.HostDirective, previousResponseID string) string {
+	canon, err := json.Marshal(d)
+	if err != nil {
+		panic(err) // a plain struct of strings and numbers
+	}
+	h := sha256.New()
+	h.Write(canon)
+	h.Write([]byte{0})
+	h.Write([]byte(previousResponseID))
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // applyDirective applies one directive to the session's state; every write

@@ -58,7 +58,11 @@ type Directive struct {
 	Clock *ClockItem
 	// Route is set for DirectiveRoute.
 	Route string
-	Err   error
+	// Position is the number of user turns before the message holding the
+	// tag (Request.Directives; SPEC §4). It stays the same when the client
+	// resends that message, so the host can apply a directive once.
+	Position int
+	Err      error
 }
 
 // ClockItem is one reminder, as in the clock tool's items[] (SPEC §6).

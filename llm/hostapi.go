@@ -37,6 +37,10 @@ type HostDirective struct {
 	MaxRepeats int        `json:"maxRepeats,omitempty"`
 	Clock      *ClockItem `json:"clock,omitempty"`
 	Route      string     `json:"route,omitempty"`
+	// Position is Directive.Position: the user turns before the tag's
+	// message. The host applies a directive once per session and position
+	// (SPEC §4).
+	Position int `json:"position"`
 }
 
 // PrepareRequest is what the filter knows once the request body is in.
@@ -46,6 +50,10 @@ type PrepareRequest struct {
 	SessionID  string          `json:"sessionId,omitempty"` // "" = no session (SPEC §3)
 	Timezone   string          `json:"timezone,omitempty"`  // effective IANA zone of the time tag
 	Directives []HostDirective `json:"directives,omitempty"`
+	// PreviousResponseID is the Responses previous_response_id, "" when
+	// absent: the body then holds only new items, so directive positions
+	// count from that response and the host keys them by it too (SPEC §4).
+	PreviousResponseID string `json:"previousResponseId,omitempty"`
 }
 
 // NTPInfo is the host's view of clock correction (SPEC §11).

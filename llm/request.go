@@ -27,6 +27,8 @@ type Request struct {
 
 	model, stream, messages, input, tools, metadata, promptCacheKey span
 
+	prevResponse span // Responses previous_response_id: the provider holds the history
+
 	// msgs lists messages[] (Chat, Messages) or input[] items (Responses).
 	// A Responses string input is one pseudo user message whose content
 	// is the input string itself.
@@ -40,6 +42,7 @@ type Request struct {
 	dirty bool
 
 	scanned  bool
+	firstNew int // FirstNewUserMessage
 	dirs     []Directive
 	strip    []edit // edits StripDirectives will apply
 	removed  int
@@ -63,7 +66,8 @@ func (p span) ok() bool { return p.s >= 0 }
 
 type message struct {
 	span
-	user    bool
+	user    bool // role "user"
+	model   bool // produced by the model: a new-input boundary (SPEC §4)
 	content span
 }
 
@@ -101,7 +105,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	r := &Request{
 		proto: p, body: body,
 		model: noSpan, stream: noSpan, messages: noSpan, input: noSpan,
-		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan,
+		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan, prevResponse: noSpan,
 		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
 	}
 	// Validation and indexing share one pass over the body.
@@ -145,6 +149,8 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 			r.metadata = sp
 		case "prompt_cache_key":
 			r.promptCacheKey = sp
+		case "previous_response_id":
+			r.prevResponse = sp
 		}
 		return ve
 	})
@@ -186,6 +192,7 @@ func (r *Request) indexList(vs int) int {
 	return reqscan.WalkElements(b, vs, func(es int) int {
 		m := message{span: span{es, -1}, content: noSpan}
 		if es < len(b) && b[es] == '{' {
+			role, typ := noSpan, noSpan
 			m.e = reqscan.CheckMembers(b, es, func(key []byte, s int) int {
 				e := reqscan.CheckValue(b, s, 3)
 				if e < 0 {
@@ -193,12 +200,18 @@ func (r *Request) indexList(vs int) int {
 				}
 				switch {
 				case reqscan.KeyIs(key, "role"):
-					m.user = stringIs(b[s:e], "user")
+					role = span{s, e}
+				case reqscan.KeyIs(key, "type"):
+					typ = span{s, e}
 				case reqscan.KeyIs(key, "content"):
 					m.content = span{s, e}
 				}
 				return e
 			})
+			if m.e >= 0 {
+				m.user = role.ok() && stringIs(b[role.s:role.e], "user")
+				m.model = r.modelItem(role, typ)
+			}
 		} else {
 			m.e = reqscan.CheckValue(b, es, 2)
 		}

@@ -96,7 +96,7 @@ func texts(t *testing.T, p Protocol, body []byte) (user, other []string) {
 }
 
 type editWant struct {
-	kinds   []DirectiveKind // directives of the newest tagged user message
+	kinds   []DirectiveKind // directives of the new user input (SPEC §4)
 	removed int
 	session string
 	stream  bool

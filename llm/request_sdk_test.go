@@ -203,8 +203,9 @@ var sdkFixtures = []sdkFixture{
 	{
 		// Claude Code sends string content; the SDK types only build blocks,
 		// so WithJSONSet rewrites them as it would.
+		// The stopMessage is in an older turn: stripped, not read (SPEC §4).
 		name: "messages_string_content", proto: Messages,
-		want: editWant{kinds: []DirectiveKind{DirectiveStopMessage}, removed: 1, session: "1234-abcd"},
+		want: editWant{kinds: nil, removed: 1, session: "1234-abcd"},
 		send: func(ctx context.Context, base string) {
 			c := anthropicClient(base,
 				aoption.WithJSONSet("messages.0.content", `<**stopMessage:"continue",3**>`),

@@ -11,10 +11,12 @@ import (
 // emptied turn would fail every later request that carries it in history.
 const StrippedPlaceholder = "(chime directive)"
 
-// Directives returns the directives of the newest user message that has
-// any tag (SPEC §4), in order, including Unknown and malformed ones. It
-// reads the original body, so it answers the same before and after
-// StripDirectives.
+// Directives returns the directives typed in the user input that is new
+// in this request (SPEC §4; see FirstNewUserMessage): every tag of every
+// user turn after the last model-produced item, in order, including
+// Unknown and malformed ones, each with its Position. Tags in older turns
+// are stripped but not returned. It reads the original body, so it answers
+// the same before and after StripDirectives.
 func (r *Request) Directives() []Directive {
 	r.scan()
 	return r.dirs
@@ -51,37 +53,38 @@ type part struct {
 	newText string
 }
 
-// scan finds directives and plans the strip edits in one pass.
+// scan finds directives, new user turns and their positions, and plans
+// the strip edits, in one pass.
 func (r *Request) scan() {
 	if r.scanned {
 		return
 	}
 	r.scanned = true
+	r.firstNew = -1
 	textType := "text"
 	if r.proto == Responses {
 		textType = "input_text"
 	}
+	start := r.newInputStart()
+	turns := 0 // user turns before the current message
 	var parts []part
-	for _, m := range r.msgs {
+	for i, m := range r.msgs {
 		if !m.user || !m.content.ok() {
 			continue
 		}
-		parts = parts[:0]
-		var dirs []Directive
-		switch r.body[m.content.s] {
-		case '"':
-			parts = append(parts, part{elem: m.content, text: m.content})
-		case '[':
-			reqscan.Elements(r.body, m.content.s, func(vs, ve int) bool {
-				parts = append(parts, part{elem: span{vs, ve}, text: r.textOfPart(vs, textType)})
-				return true
-			})
-		default:
+		var ok bool
+		if parts, ok = r.userContentParts(m, textType, parts[:0]); !ok || !userTurn(parts) {
 			continue
 		}
+		position := turns
+		turns++
+		isNew := i >= start
+		if isNew && r.firstNew < 0 {
+			r.firstNew = i
+		}
 		n := 0
-		for i := range parts {
-			p := &parts[i]
+		for j := range parts {
+			p := &parts[j]
 			if !p.text.ok() || !reqscan.MayContain(r.body[p.text.s:p.text.e], tagOpen) {
 				continue
 			}
@@ -89,19 +92,21 @@ func (r *Request) scan() {
 			if !ok || !strings.Contains(text, tagOpen) {
 				continue
 			}
-			out, found, removed := scanDirectives(text, true)
+			out, found, removed := scanDirectives(text, isNew)
 			if removed == 0 {
 				continue
 			}
 			p.changed, p.newText = true, out
-			dirs = append(dirs, found...)
+			for _, d := range found {
+				d.Position = position
+				r.dirs = append(r.dirs, d)
+			}
 			n += removed
 		}
 		if n == 0 {
 			continue
 		}
 		r.removed += n
-		r.dirs = dirs // newest message with a directive wins
 		r.planStrip(parts)
 	}
 }

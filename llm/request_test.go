@@ -72,28 +72,41 @@ func TestUneditedBodyIsReturnedAsIs(t *testing.T) {
 	}
 }
 
-func TestDirectivesFromNewestTaggedUserMessage(t *testing.T) {
+// TestDirectivesOnlyFromNewUserInput: tags in turns before the last
+// assistant message are stripped but not read (SPEC §4); every tag of
+// the new user messages is read, with its message's position.
+func TestDirectivesOnlyFromNewUserInput(t *testing.T) {
 	r := parse(t, Chat, `{"messages":[
 		{"role":"user","content":"<**stopMessage:\"old\"**>"},
 		{"role":"user","content":[{"type":"text","text":"a <**route:r1**>"},{"type":"text","text":"<**clock:clear**>"}]},
 		{"role":"assistant","content":"<**route:assistant-text-is-ignored**>"},
-		{"role":"user","content":"no tags here"}]}`)
+		{"role":"user","content":"no tags here <**route:new**>"},
+		{"role":"system","content":"<**route:system-text-is-ignored**>"},
+		{"role":"user","content":[{"type":"text","text":"<**stopMessage:clear**>"}]}]}`)
 	ds := r.Directives()
-	if len(ds) != 2 || ds[0].Route != "r1" || ds[1].Kind != DirectiveClockClear {
+	if len(ds) != 2 || ds[0].Route != "new" || ds[0].Position != 2 || ds[1].Kind != DirectiveStopMessageClear || ds[1].Position != 3 {
 		t.Fatalf("got %+v", ds)
 	}
-	if n := r.StripDirectives(); n != 3 {
-		t.Errorf("removed %d, want 3", n)
+	if i := r.FirstNewUserMessage(); i != 3 {
+		t.Errorf("FirstNewUserMessage = %d, want 3", i)
+	}
+	if n := r.StripDirectives(); n != 5 {
+		t.Errorf("removed %d, want 5", n)
 	}
 	if r.StripDirectives() != 0 || len(r.Directives()) != 2 {
 		t.Error("second StripDirectives or Directives after strip changed")
 	}
 	out := edited(t, r)
-	if got := gjson.Get(out, "messages.2.content").Str; got != "<**route:assistant-text-is-ignored**>" {
-		t.Errorf("assistant text changed: %q", got)
-	}
-	if got := gjson.Get(out, "messages.1.content.0.text").Str; got != "a " {
-		t.Errorf("part text = %q", got)
+	for path, want := range map[string]string{
+		"messages.2.content":        "<**route:assistant-text-is-ignored**>",
+		"messages.4.content":        "<**route:system-text-is-ignored**>",
+		"messages.1.content.0.text": "a ",
+		"messages.0.content":        "",
+		"messages.3.content":        "no tags here ",
+	} {
+		if got := gjson.Get(out, path).Str; got != want {
+			t.Errorf("%s = %q, want %q", path, got, want)
+		}
 	}
 }
 

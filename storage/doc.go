@@ -13,6 +13,7 @@
 //	v1/s/<sid>/meta              Session
 //	v1/s/<sid>/task/<taskId>     ClockTask            (SPEC §6)
 //	v1/s/<sid>/stop              StopMessage          (SPEC §7)
+//	v1/s/<sid>/directives        AppliedDirectives    (SPEC §4 applied once)
 //	v1/s/<sid>/timer/<id>        reserved: timers     (SPEC §9)
 //	v1/s/<sid>/inbox/<seq>       reserved: per-session deliveries (SPEC §10)
 //	v1/resv/<rid>                Reservation: request id → reserved task ids

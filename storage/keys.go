@@ -64,6 +64,7 @@ const (
 	metaSuffix     = "meta"
 	taskSegment    = "task/"
 	stopSuffix     = "stop"
+	dirsSuffix     = "directives"
 	sessionKeySep  = "/"
 	errBadTaskID   = "storage: invalid task id"
 	errBadRecordID = "storage: record without session id"
@@ -78,6 +79,8 @@ func taskPrefix(sid string) []byte { return []byte(sessionRoot(sid) + taskSegmen
 func taskKey(sid, taskID string) []byte { return []byte(sessionRoot(sid) + taskSegment + taskID) }
 
 func stopKey(sid string) []byte { return []byte(sessionRoot(sid) + stopSuffix) }
+
+func directivesKey(sid string) []byte { return []byte(sessionRoot(sid) + dirsSuffix) }
 
 func reservationKey(rid string) []byte { return []byte(reservePrefix + rid) }
 

@@ -2,7 +2,9 @@ package storage
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -181,4 +183,62 @@ func (s *Store) LoadNTP() (st NTPState, ok bool, err error) {
 // SaveNTP writes the NTP state.
 func (s *Store) SaveNTP(st NTPState) error {
 	return s.Update(func(tx *Tx) error { return tx.PutNTP(st) })
+}
+
+// MaxDirectiveDigests bounds the digests kept per session; claiming one more
+// forgets the oldest. A client resends the directives of its last few
+// turns, so 256 remembered directives reach far past any resend.
+const MaxDirectiveDigests = 256
+
+// ClaimDirective records digest as applied for the session unless it is
+// already recorded, in one synchronous transaction, and reports whether it
+// was new (SPEC §4). Concurrent claims of one digest: exactly one wins.
+func (s *Store) ClaimDirective(sessionID, digest string) (claimed bool, err error) {
+	if digest == "" {
+		return false, errors.New("storage: empty directive digest")
+	}
+	err = s.Update(func(tx *Tx) error {
+		claimed = false
+		a, err := tx.AppliedDirectives(sessionID)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(a.Digests, digest) {
+			return nil
+		}
+		a.Digests = append(a.Digests, digest)
+		if n := len(a.Digests) - MaxDirectiveDigests; n > 0 {
+			a.Digests = slices.Delete(a.Digests, 0, n)
+		}
+		claimed = true
+		return tx.PutAppliedDirectives(sessionID, a)
+	})
+	return claimed, err
+}
+
+// ReleaseDirective forgets a claimed digest, for a directive that failed to
+// apply, so that a later request may apply it.
+func (s *Store) ReleaseDirective(sessionID, digest string) error {
+	return s.Update(func(tx *Tx) error {
+		a, err := tx.AppliedDirectives(sessionID)
+		if err != nil {
+			return err
+		}
+		i := slices.Index(a.Digests, digest)
+		if i < 0 {
+			return nil
+		}
+		a.Digests = slices.Delete(a.Digests, i, i+1)
+		return tx.PutAppliedDirectives(sessionID, a)
+	})
+}
+
+// DirectiveDigests returns the session's remembered digests, oldest first.
+func (s *Store) DirectiveDigests(sessionID string) (digests []string, err error) {
+	err = s.View(func(tx *Tx) error {
+		a, err := tx.AppliedDirectives(sessionID)
+		digests = a.Digests
+		return err
+	})
+	return digests, err
 }

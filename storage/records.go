@@ -49,6 +49,14 @@ type StopMessage struct {
 	LastUsedAt int64  `json:"lastUsedAt,omitempty"`
 }
 
+// AppliedDirectives remembers the digests of the directives applied to a
+// session, oldest first, at most MaxDirectiveDigests of them (SPEC §4: the
+// same directive at the same position is applied once). A digest is opaque
+// to the store; the host derives it from the directive and its position.
+type AppliedDirectives struct {
+	Digests []string `json:"digests"`
+}
+
 // NTPState is the persisted NTP tracker state (SPEC §11). UpdatedAt is the
 // time of the last good sync; Error is the last attempt's error, if it failed.
 type NTPState struct {

@@ -300,6 +300,29 @@ func (tx *Tx) DeleteStopMessage(sessionID string) (bool, error) {
 	return tx.del(stopKey(sid))
 }
 
+// --- applied directives ---
+
+// AppliedDirectives returns the session's applied-directive digests; a
+// session without any gets the zero value.
+func (tx *Tx) AppliedDirectives(sessionID string) (AppliedDirectives, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return AppliedDirectives{}, err
+	}
+	var a AppliedDirectives
+	_, err = tx.getJSON(directivesKey(sid), &a)
+	return a, err
+}
+
+// PutAppliedDirectives writes the session's applied-directive digests.
+func (tx *Tx) PutAppliedDirectives(sessionID string, a AppliedDirectives) error {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return err
+	}
+	return tx.putJSON(directivesKey(sid), a)
+}
+
 // --- reservations ---
 
 // Reservation returns the reservation record of a request id.

@@ -486,3 +486,94 @@ func TestOpenOptions(t *testing.T) {
 		t.Fatalf("not sized for a sidecar: %+v", o)
 	}
 }
+
+// TestClaimDirective: a digest is claimed once per session (SPEC §4), the
+// claim survives a reopen, is per session, bounded to the newest
+// MaxDirectiveDigests, and can be released.
+func TestClaimDirective(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(s *Store, sid, digest string, want bool) {
+		t.Helper()
+		got, err := s.ClaimDirective(sid, digest)
+		if err != nil || got != want {
+			t.Fatalf("ClaimDirective(%q, %q) = %v, %v; want %v", sid, digest, got, err, want)
+		}
+	}
+	claim(s, "a", "d1", true)
+	claim(s, "a", "d1", false)
+	for _, other := range []string{"a/b", "ab", "a/directives", "A", strings.Repeat("a", 500)} {
+		claim(s, other, "d1", true) // one session never sees another's digests
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openAt(t, dir)
+	claim(s, "a", "d1", false) // persisted
+	if err := s.ReleaseDirective("a", "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseDirective("a", "never-claimed"); err != nil {
+		t.Fatal(err)
+	}
+	claim(s, "a", "d1", true)
+
+	// Bounded: the oldest digest is forgotten first.
+	for i := range MaxDirectiveDigests {
+		claim(s, "bounded", fmt.Sprint("d", i), true)
+	}
+	claim(s, "bounded", "one-more", true)
+	got, err := s.DirectiveDigests("bounded")
+	if err != nil || len(got) != MaxDirectiveDigests || got[0] != "d1" || got[len(got)-1] != "one-more" {
+		t.Fatalf("digests: %d %v, first %q", len(got), err, got[0])
+	}
+	claim(s, "bounded", "d1", false)
+	claim(s, "bounded", "d0", true)
+
+	if _, err := s.ClaimDirective("", "d"); !errors.Is(err, ErrEmptyID) {
+		t.Fatalf("empty session: %v", err)
+	}
+	if _, err := s.ClaimDirective("a", ""); err == nil {
+		t.Fatal("empty digest accepted")
+	}
+}
+
+// TestClaimDirectiveConcurrent: copies of one request racing each other
+// claim a digest exactly once.
+func TestClaimDirectiveConcurrent(t *testing.T) {
+	s := openTemp(t)
+	const n = 8
+	results := make(chan bool, n)
+	for range n {
+		go func() {
+			ok, err := s.ClaimDirective("race", "same")
+			if err != nil {
+				t.Error(err)
+			}
+			results <- ok
+		}()
+	}
+	won := 0
+	for range n {
+		if <-results {
+			won++
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d claims won, want 1", won)
+	}
+}
+
+func openAt(t testing.TB, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}

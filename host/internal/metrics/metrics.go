@@ -29,9 +29,12 @@ type Metrics struct {
 	RemindersInjected prometheus.Counter
 	// Reservations counts commits and rollbacks that released at least one task.
 	Reservations *prometheus.CounterVec
-	// Directives counts directives applied, by kind; DirectiveErrors those skipped.
-	Directives      *prometheus.CounterVec
-	DirectiveErrors *prometheus.CounterVec
+	// Directives counts directives applied, by kind; DirectiveErrors those
+	// skipped; DirectiveDuplicates those already applied at their position
+	// (SPEC §4).
+	Directives          *prometheus.CounterVec
+	DirectiveErrors     *prometheus.CounterVec
+	DirectiveDuplicates *prometheus.CounterVec
 	// ToolCalls counts server-tool executions by tool and result ok.
 	ToolCalls *prometheus.CounterVec
 	// Followups counts followups sent by kind (tool, stop, hold); Chains
@@ -63,6 +66,9 @@ func New(snapshot func() ntp.State) *Metrics {
 		DirectiveErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_directive_errors_total", Help: "Directives skipped because they failed, by kind.",
 		}, []string{"kind"}),
+		DirectiveDuplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_directive_duplicates_total", Help: "Directives not applied again because the session already applied them at that position, by kind.",
+		}, []string{"kind"}),
 		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_tool_calls_total", Help: "Server-tool calls executed, by tool and whether the result was ok.",
 		}, []string{"tool", "ok"}),
@@ -76,7 +82,7 @@ func New(snapshot func() ntp.State) *Metrics {
 			Name: "chime_holds_total", Help: "Clock holds, by outcome (committed, rolled_back, cancelled, empty).",
 		}, []string{"outcome"}),
 	}
-	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.ToolCalls,
+	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
 		m.Followups, m.Chains, m.Holds,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),

@@ -236,7 +236,7 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 				}
 			}
 			want := llm.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
-				Directives: []llm.HostDirective{{Kind: "route", Route: "fast"}, {Kind: "clock:clear"}}}
+				Directives: []llm.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
 			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
 				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
 			}
@@ -261,20 +261,39 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 	}
 }
 
-func TestDirectivesFromNewestTaggedMessageOnly(t *testing.T) {
+// TestDirectivesOfNewUserInputOnly: the host gets the directives of the
+// user text after the last assistant message, with their positions; older
+// turns are stripped only (SPEC §4).
+func TestDirectivesOfNewUserInputOnly(t *testing.T) {
 	e := newEnv(t, "")
-	e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**stopMessage:\"old\"**>"},`+
+	e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**stopMessage:\"old\"**>"},{"role":"assistant","content":"ok"},`+
 		`{"role":"user","content":"<**stopMessage:\"new\",2**> <**clock:{\"dueAt\":\"2026-02-03T09:00:00Z\",\"task\":\"t\"}**> <**stopMessage:\"x\",0**> <**bogus:1**>"},`+
-		`{"role":"user","content":"no tags"}]}`)
+		`{"role":"system","content":"a trailing system message"}]}`)
 	_, prep := e.lastPrepare()
 	want := []llm.HostDirective{
-		{Kind: "stopMessage", Text: "new", MaxRepeats: 2},
-		{Kind: "clock", Clock: &llm.ClockItem{DueAt: "2026-02-03T09:00:00Z", Task: "t"}},
+		{Kind: "stopMessage", Text: "new", MaxRepeats: 2, Position: 1},
+		{Kind: "clock", Clock: &llm.ClockItem{DueAt: "2026-02-03T09:00:00Z", Task: "t"}, Position: 1},
 	}
 	if got, w := must(json.Marshal(prep.Directives)), must(json.Marshal(want)); string(got) != string(w) {
 		t.Fatalf("directives = %s, want %s (malformed and unknown ones are not sent)", got, w)
 	}
-	if prep.SessionID != "" || prep.Timezone != "UTC" {
+	if prep.SessionID != "" || prep.Timezone != "UTC" || prep.PreviousResponseID != "" {
+		t.Fatalf("prepare = %+v", prep)
+	}
+
+	// A tool round trip carries no new user text: nothing to apply.
+	e = newEnv(t, "")
+	e.send(llm.Messages, `{"messages":[{"role":"user","content":"<**route:fast**> go"},`+
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"bash","input":{}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"done"}]}]}`)
+	if _, prep := e.lastPrepare(); len(prep.Directives) != 0 {
+		t.Fatalf("tool round trip sent directives %+v", prep.Directives)
+	}
+
+	// Responses with stored history: positions count from that response.
+	e = newEnv(t, "")
+	e.send(llm.Responses, `{"previous_response_id":"resp_7","input":"<**route:fast**>"}`)
+	if _, prep := e.lastPrepare(); prep.PreviousResponseID != "resp_7" || len(prep.Directives) != 1 || prep.Directives[0].Position != 0 {
 		t.Fatalf("prepare = %+v", prep)
 	}
 }

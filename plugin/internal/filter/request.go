@@ -160,6 +160,8 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		SessionID:  h.sessionID,
 		Timezone:   h.zone.String(),
 		Directives: hostDirectives(req.Directives()),
+		// Positions restart with each stored response (SPEC §4).
+		PreviousResponseID: req.PreviousResponseID(),
 	}
 	req.StripDirectives() // even when the host is down (SPEC §1 fail open)
 	return h.prepare(prep)
@@ -172,8 +174,9 @@ func (h *httpContext) forwardMalformed(reason string) {
 	proxywasm.LogDebugf("chime: request %s: forwarding unmodified %s body: %s", h.requestID, h.protocol, reason)
 }
 
-// hostDirectives converts the parsed directives for the host (SPEC §4):
-// malformed ones (Err set) and unknown ones are stripped but not sent.
+// hostDirectives converts the parsed directives of the new user input for
+// the host (SPEC §4), positions included: malformed ones (Err set) and
+// unknown ones are stripped but not sent.
 func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
 	var out []llm.HostDirective
 	for _, d := range dirs {
@@ -182,6 +185,7 @@ func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
 		}
 		out = append(out, llm.HostDirective{
 			Kind: d.Kind.String(), Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
+			Position: d.Position,
 		})
 	}
 	return out

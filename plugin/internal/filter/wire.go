@@ -37,6 +37,10 @@ func encodePrepare(prep llm.PrepareRequest) ([]byte, error) {
 		b = append(b, `,"directives":`...)
 		b = append(b, dirs...)
 	}
+	if prep.PreviousResponseID != "" {
+		b = append(b, `,"previousResponseId":`...)
+		b = appendJSONString(b, prep.PreviousResponseID)
+	}
 	return append(b, '}'), nil
 }
 

@@ -58,12 +58,16 @@ func TestDecodePrepareAnswerFastPath(t *testing.T) {
 // FuzzEncodePrepare: the hand encoder writes json.Marshal's bytes.
 func FuzzEncodePrepare(f *testing.F) {
 	f.Add("req-1", "chat", "s1", "UTC", "")
+	f.Add("req-123", "responses", "s1", "UTC", "resp_\u0001")
 	f.Add("0d7c1c9e", "responses", "", "", "stop now")
 	f.Add("a\"b\\c", "messages", "<s>&", "Europe/Zürich", "\u2028\xff\n")
 	f.Fuzz(func(t *testing.T, id, proto, session, zone, text string) {
 		prep := llm.PrepareRequest{RequestID: id, Protocol: proto, SessionID: session, Timezone: zone}
 		if text != "" {
-			prep.Directives = []llm.HostDirective{{Kind: "stopMessage", Text: text, MaxRepeats: 2}}
+			prep.Directives = []llm.HostDirective{{Kind: "stopMessage", Text: text, MaxRepeats: 2, Position: len(id)}}
+		}
+		if len(id)%2 == 1 { // some seeds of each kind carry one
+			prep.PreviousResponseID = text
 		}
 		want, err := json.Marshal(prep)
 		if err != nil {
