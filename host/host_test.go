@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
 )
@@ -192,7 +194,7 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 	}
 
 	// Inside the 60 s due window.
-	f.clk.Set(t0.Add(4*time.Minute + 30*time.Second))
+	f.clk.Advance(4*time.Minute + 30*time.Second)
 	ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid})
 	if !ans.Reserved || ans.Reminders != reminderFor("water the plants") {
 		t.Fatalf("due reminder: %+v", ans)
@@ -397,7 +399,7 @@ func TestStorageFailureKeepsServing(t *testing.T) {
 
 func TestRestartKeepsState(t *testing.T) {
 	dir := t.TempDir()
-	clk := &fakeClock{now: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	f := openFixture(t, dir, clk)
 	const sid = "sess-restart"
 	id := f.schedule(t, sid, "survive the restart", t0.Add(10*time.Minute))
@@ -407,7 +409,7 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clk.Set(t0.Add(9*time.Minute + 30*time.Second))
+	clk.Advance(9*time.Minute + 30*time.Second)
 	g := openFixture(t, dir, clk)
 	r := g.tool(t, sid, "r-3", "clock", `{"action":"list","items":[],"taskId":""}`)
 	items, _ := r["items"].([]any)

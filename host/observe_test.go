@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 )
 
@@ -100,7 +102,7 @@ func TestDashboardAPI(t *testing.T) {
 	f.prepare(t, llm.PrepareRequest{RequestID: "d-1", SessionID: sid, Directives: []llm.HostDirective{
 		{Kind: "stopMessage", Text: "secret continue text", MaxRepeats: 4}, {Kind: "route", Route: "slow"},
 	}})
-	f.clk.Set(t0.Add(time.Minute))
+	f.clk.Advance(time.Minute)
 	f.prepare(t, llm.PrepareRequest{RequestID: "d-2", SessionID: "sess-other"}) // touch only, not flushed
 
 	rec := f.do(t, http.MethodGet, "/api/sessions", "", nil)
@@ -184,7 +186,7 @@ func TestDashboardAPI(t *testing.T) {
 
 func TestServeLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	f := openFixture(t, dir, &fakeClock{now: t0})
+	f := openFixture(t, dir, clockwork.NewFakeClockAt(t0))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 	// The store was closed (its lock released) and the touch written.
-	g := openFixture(t, dir, &fakeClock{now: t0})
+	g := openFixture(t, dir, clockwork.NewFakeClockAt(t0))
 	if s, ok, _ := g.svc.store.GetSession("live"); !ok || s.LastSeenAt != t0.UnixMilli() {
 		t.Fatalf("session after Serve: %+v %v", s, ok)
 	}

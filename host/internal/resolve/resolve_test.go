@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 )
 
@@ -51,7 +53,8 @@ func TestCancelMemoryExpires(t *testing.T) {
 	}))
 	defer srv.Close()
 	tools := &fakeTools{}
-	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: 50 * time.Millisecond})
+	clk := clockwork.NewFakeClock()
+	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, Clock: clk, CancelMemory: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +67,11 @@ func TestCancelMemoryExpires(t *testing.T) {
 	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonCancelled || tools.calls.Load() != 0 {
 		t.Fatalf("resolve right after cancel: %+v, %d tool calls", resp, tools.calls.Load())
 	}
-	time.Sleep(80 * time.Millisecond)
+	clk.Advance(50*time.Millisecond - time.Nanosecond)
+	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonCancelled || tools.calls.Load() != 0 {
+		t.Fatalf("resolve just before the memory expired: %+v", resp)
+	}
+	clk.Advance(time.Nanosecond)
 	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonDone || resp.Hops != 1 || tools.calls.Load() != 1 {
 		t.Fatalf("resolve after the memory expired: %+v", resp)
 	}
