@@ -44,6 +44,7 @@ func scrape(t *testing.T, f *fixture) map[string]float64 {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-metrics"
 	f.schedule(t, sid, "one", t0.Add(30*time.Second))
@@ -96,6 +97,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestDashboardAPI(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess/dash"
 	f.schedule(t, sid, "private errand", t0.Add(time.Hour))
@@ -185,6 +187,7 @@ func TestDashboardAPI(t *testing.T) {
 }
 
 func TestServeLifecycle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f := openFixture(t, dir, clockwork.NewFakeClockAt(t0))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -219,6 +222,7 @@ func TestServeLifecycle(t *testing.T) {
 }
 
 func TestRunReportsListenError(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -171,8 +171,10 @@ func toolOutput(t *testing.T, p llm.Protocol, body []byte, callID string) string
 }
 
 func TestResolveClockToolFollowup(t *testing.T) {
+	t.Parallel()
 	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			sid := "sess-tool-" + p.String()
 			proxy := newFakeProxy(t, p, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -241,6 +243,7 @@ func TestResolveClockToolFollowup(t *testing.T) {
 }
 
 func TestResolveTimezoneReachesTool(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
 		return http.StatusOK, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}
@@ -255,8 +258,10 @@ func TestResolveTimezoneReachesTool(t *testing.T) {
 }
 
 func TestResolveStopMessageTwice(t *testing.T) {
+	t.Parallel()
 	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			sid := "sess-stop-" + p.String()
 			f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -314,6 +319,7 @@ func TestResolveStopMessageTwice(t *testing.T) {
 }
 
 func TestResolveStopMessageNotOnLengthOrCompaction(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-compact"
 	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -342,6 +348,7 @@ func TestResolveStopMessageNotOnLengthOrCompaction(t *testing.T) {
 }
 
 func TestResolveRepeatedPairs(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-repeat"
 	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -358,6 +365,7 @@ func TestResolveRepeatedPairs(t *testing.T) {
 }
 
 func TestResolveMaxHops(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-hops"
 	proxy := newFakeProxy(t, llm.Messages, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -389,6 +397,7 @@ func TestResolveMaxHops(t *testing.T) {
 }
 
 func TestResolveMaxDuration(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t) // the SPEC §7 default: 15 min per chain
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, ctx context.Context) (int, *llm.Turn) {
 		f.clk.Advance(6 * time.Minute) // each followup takes 6 min
@@ -411,6 +420,7 @@ func TestResolveMaxDuration(t *testing.T) {
 }
 
 func TestResolveMixedCalls(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-mixed"
 	proxy := newFakeProxy(t, llm.Responses, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -446,11 +456,13 @@ func TestResolveMixedCalls(t *testing.T) {
 }
 
 func TestResolveUpstreamError(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []struct {
 		name   string
 		status int
 	}{{"500", http.StatusInternalServerError}, {"not json", http.StatusOK}} {
 		t.Run(bad.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
 				if n == 1 {
@@ -530,6 +542,7 @@ func recv[T any](t *testing.T, c <-chan T) T {
 const holding = 2
 
 func TestResolveHold(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-hold"
 	due := t0.Add(90 * time.Second) // injectable from t0+30s (60 s due window)
@@ -580,6 +593,7 @@ func TestResolveHold(t *testing.T) {
 }
 
 func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-hold-err"
 	f.scheduleMs(t, sid, "call mom", t0.Add(70*time.Second))
@@ -601,6 +615,7 @@ func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
 }
 
 func TestResolveNoHoldForJSONWhenDisabled(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.DisableHoldNonStreaming = true })
 	const sid = "sess-nohold"
 	f.scheduleMs(t, sid, "stand up", t0.Add(65*time.Second))
@@ -623,6 +638,7 @@ func TestResolveNoHoldForJSONWhenDisabled(t *testing.T) {
 }
 
 func TestResolveHoldBeyondHoldMax(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-far"
 	// Injectable 1 ms after holdMax (60 s) from now: no hold, no wait.
@@ -634,6 +650,7 @@ func TestResolveHoldBeyondHoldMax(t *testing.T) {
 }
 
 func TestResolveCancelDuringHold(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-cancel-hold"
 	f.scheduleMs(t, sid, "feed the cat", t0.Add(61*time.Second))
@@ -665,6 +682,7 @@ func TestResolveCancelDuringHold(t *testing.T) {
 }
 
 func TestResolveCancelInFlightFollowup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	arrived := make(chan struct{})
 	aborted := make(chan struct{})
@@ -688,6 +706,7 @@ func TestResolveCancelInFlightFollowup(t *testing.T) {
 }
 
 func TestResolveClientGone(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -701,6 +720,7 @@ func TestResolveClientGone(t *testing.T) {
 }
 
 func TestResolveCancelBeforeResolve(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-early"
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
@@ -727,6 +747,7 @@ func TestResolveCancelBeforeResolve(t *testing.T) {
 }
 
 func TestResolveDefaultReentry(t *testing.T) {
+	t.Parallel()
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	f := newFixture(t, func(c *Config) { c.Reentry = proxy.reentry() })
 	req := resolveReq(llm.Chat, proxy, "req-1", "sess-re", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: getArgs}}})
@@ -737,6 +758,7 @@ func TestResolveDefaultReentry(t *testing.T) {
 }
 
 func TestResolveAndCancelRequireToken(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	body := resolveReq(llm.Chat, proxy, "req-1", "sess-auth", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: scheduleArgs("evil", t0.Add(time.Hour))}}})
@@ -760,6 +782,7 @@ func TestResolveAndCancelRequireToken(t *testing.T) {
 }
 
 func TestResolveBadRequests(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	good := resolveReq(llm.Chat, proxy, "req-1", "s", &llm.Turn{Text: "x"})
@@ -793,6 +816,7 @@ func TestResolveBadRequests(t *testing.T) {
 }
 
 func TestPrepareMayContinue(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r0", SessionID: "sess-idle"}); ans.MayContinue {
 		t.Error("idle session: mayContinue")

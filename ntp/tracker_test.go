@@ -127,6 +127,7 @@ func (m *memPersister) snapshot() (storage.NTPState, int) {
 func near(got, want, tol int64) bool { return got >= want-tol && got <= want+tol }
 
 func TestStatusTransitions(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 1500*time.Millisecond)
 	wall := clockwork.NewFakeClock() // the tracker's wall clock, moved by hand
 	store := &memPersister{}
@@ -212,6 +213,7 @@ func TestStatusTransitions(t *testing.T) {
 // With a fresh last-good offset and no attempt since, the status is ok; a
 // last good older than StaleAfter is stale even without a failure.
 func TestStaleWithoutFailure(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 0)
 	wall := clockwork.NewFakeClock()
 	tr, err := New(Config{Enabled: true, Servers: []string{srv.addr()}, StaleAfter: time.Minute}, nil, WithClock(wall))
@@ -231,6 +233,7 @@ func TestStaleWithoutFailure(t *testing.T) {
 }
 
 func TestStartIsAsyncAndFailsOver(t *testing.T) {
+	t.Parallel()
 	dead := newFakeServer(t, 0)
 	dead.mode.Store(modeSilent)
 	good := newFakeServer(t, -2*time.Second)
@@ -271,6 +274,7 @@ func TestStartIsAsyncAndFailsOver(t *testing.T) {
 // The sync loop waits on the injected clock: Retry after a failure, then
 // Interval after a success; Clock is host time over the same waits.
 func TestLoopWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 2, 2, 21, 0, 0, 0, time.UTC)
 	fake := clockwork.NewFakeClockAt(t0)
 	tr, err := New(Config{Enabled: true, Servers: []string{"127.0.0.1:123"}, Interval: time.Hour, Retry: time.Minute}, nil, WithClock(fake))
@@ -316,6 +320,7 @@ func TestLoopWaitsOnTheClock(t *testing.T) {
 }
 
 func TestRestoreFromStore(t *testing.T) {
+	t.Parallel()
 	st, err := storage.Open("", storage.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +360,7 @@ func TestRestoreFromStore(t *testing.T) {
 }
 
 func TestDisabledNeverTouchesNetwork(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, time.Hour)
 	store := &memPersister{has: true, state: storage.NTPState{Status: "ok", OffsetMs: 9999, UpdatedAt: time.Now().UnixMilli()}}
 	tr, err := New(Config{Enabled: false, Servers: []string{srv.addr()}}, store)
@@ -385,6 +391,7 @@ func TestDisabledNeverTouchesNetwork(t *testing.T) {
 }
 
 func TestCanceledSyncRecordsNothing(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 0)
 	store := &memPersister{}
 	tr, err := New(Config{Enabled: true, Servers: []string{srv.addr()}}, store)
@@ -402,6 +409,7 @@ func TestCanceledSyncRecordsNothing(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Config{Enabled: true}, nil); err == nil {
 		t.Fatal("no servers accepted")
 	}
@@ -414,6 +422,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
 	env := func(kv map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
 	}

@@ -38,6 +38,7 @@ func (noReminders) Commit(context.Context, string) (int, error)   { return 0, ni
 func (noReminders) Rollback(context.Context, string) (int, error) { return 0, nil }
 
 func TestNewNeedsDependencies(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}}); err == nil {
 		t.Fatal("New without Reminders succeeded")
 	}
@@ -48,6 +49,7 @@ func TestNewNeedsDependencies(t *testing.T) {
 
 // A cancelled id is remembered for CancelMemory, then forgotten.
 func TestCancelMemoryExpires(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(llm.RenderJSON(llm.Chat, &llm.Turn{Text: "ok"}))
 	}))
@@ -81,6 +83,7 @@ func TestCancelMemoryExpires(t *testing.T) {
 }
 
 func TestCancelMemoryBounded(t *testing.T) {
+	t.Parallel()
 	r, _ := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: time.Hour})
 	for i := range maxRemembered + 5000 {
 		r.Cancel(string(rune('a'+i%26)) + time.Duration(i).String())
@@ -91,6 +94,7 @@ func TestCancelMemoryBounded(t *testing.T) {
 }
 
 func TestCopyHeaders(t *testing.T) {
+	t.Parallel()
 	h := http.Header{}
 	copyHeaders(h, map[string]string{
 		"Authorization": "Bearer k", "anthropic-version": "2023-06-01", "Connection": "close, X-Secret-Hop",
@@ -104,6 +108,7 @@ func TestCopyHeaders(t *testing.T) {
 }
 
 func TestFold(t *testing.T) {
+	t.Parallel()
 	st := []string{"clock"}
 	turns := []*llm.Turn{
 		{ID: "a", Model: "m", Text: "one", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock"}}, Usage: llm.Usage{InputTokens: 1, OutputTokens: 2}},
@@ -123,6 +128,7 @@ func TestFold(t *testing.T) {
 }
 
 func TestPairKeyIgnoresIDsAndUsage(t *testing.T) {
+	t.Parallel()
 	a := &llm.Turn{ID: "x", Text: "t", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 1}}
 	b := &llm.Turn{ID: "y", Text: "t", ToolCalls: []llm.ToolCall{{ID: "2", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 9}}
 	res := []llm.ToolResult{{CallID: "1", Name: "clock", Output: "{}"}}
