@@ -8,6 +8,7 @@ require (
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/jonboulle/clockwork v0.5.0
 	github.com/netresearch/go-cron v0.9.1
 	github.com/openai/openai-go/v3 v3.96.0
 	github.com/prometheus/client_golang v1.25.0

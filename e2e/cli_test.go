@@ -125,7 +125,7 @@ func waitOK(t testing.TB, url string, p *proc) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not ready: %v\n%s", url, err, p.logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: a separate process starting up
 	}
 }
 

@@ -268,6 +268,6 @@ func startStack(t testing.TB, b backend, sc stackConfig) *stack {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s backend not ready: %v", b.name, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: a separate process starting up
 	}
 }

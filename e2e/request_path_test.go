@@ -236,7 +236,7 @@ func TestReminderReservation(t *testing.T) {
 			_, texts := send(clientTool)
 			assert.NotContains(t, strings.Join(texts, "\n"), reminder, "not due yet")
 
-			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond)
+			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond) // real time under test: the host process makes the task due
 			code, texts := send(map[string]any{"status": 500, "error": "upstream exploded"})
 			assert.Equal(t, http.StatusInternalServerError, code)
 			assert.Equal(t, 1, strings.Count(strings.Join(texts, "\n"), reminder), "injected once when due: %q", texts)
@@ -253,7 +253,7 @@ func TestReminderReservation(t *testing.T) {
 			res = d.clock(t, session, map[string]any{"action": "schedule", "items": []any{map[string]any{
 				"dueAt": dueAt.Format(time.RFC3339), "task": "stand-up " + pc.name, "tool": "", "arguments": "", "repeat": "daily", "maxRuns": 0}}})
 			require.Equal(t, true, res["ok"], "%v", res)
-			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond)
+			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond) // real time under test: the host process makes the task due
 			_, texts = send(clientTool)
 			assert.Contains(t, strings.Join(texts, "\n"), `[scheduled task:"stand-up `+pc.name+`"]`)
 			list := d.clock(t, session, map[string]any{"action": "list"})

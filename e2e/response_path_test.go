@@ -213,7 +213,7 @@ func TestDisconnectCancelsHold(t *testing.T) {
 			cancel()
 			require.Error(t, err, "the client gave up mid-hold")
 			gone := time.Now()
-			time.Sleep(3500 * time.Millisecond) // past the moment the task came due
+			time.Sleep(3500 * time.Millisecond) // real time under test: the host process holds on its wall clock, past the moment the task came due
 			reqs := d.mockRequests(t)
 			require.NotEmpty(t, reqs)
 			for _, r := range reqs {

@@ -357,7 +357,7 @@ func (b *logBuffer) waitMatch(t *testing.T, plugin, re string) []string {
 		if time.Now().After(deadline) {
 			t.Fatalf("plugin %q never logged a line matching %q; it logged:\n%s", plugin, re, b.dump(plugin))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll: guest logs come from the runtime's own goroutines; no clock to drive
 	}
 }
 

@@ -417,12 +417,12 @@ func TestHTTPMetricsAndTick(t *testing.T) {
 	p.logs.expect(t, "tick", "set_tick 0")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(p.logs.find("tick", "tick_off 0")) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll: the tick VMs run on the runtime's real tick timer
 	}
 	if n := len(p.logs.find("tick", "tick_off 0")); n != 2 {
 		t.Fatalf("tick_off logged %d times, want 2:\n%s", n, p.logs.dump("tick"))
 	}
-	time.Sleep(50 * time.Millisecond) // 5 periods: a tick that was not stopped would show
+	time.Sleep(50 * time.Millisecond) // real time under test: 5 tick periods, a tick that was not stopped would show
 	if n := len(p.logs.find("tick", "tick 1 ")); n != 6 {
 		t.Errorf("%d ticks, want 3 per VM:\n%s", n, p.logs.dump("tick"))
 	}

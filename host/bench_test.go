@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
 )
@@ -96,8 +98,8 @@ func benchFixture(b *testing.B) *fixture {
 		if bench.err != nil {
 			return
 		}
-		clk := &fakeClock{now: t0}
-		svc, err := New(Config{DataDir: bench.dir, Token: testToken, WallClock: clk.Now}, quietLogger())
+		clk := clockwork.NewFakeClockAt(t0)
+		svc, err := New(Config{DataDir: bench.dir, Token: testToken, Clock: clk}, quietLogger())
 		if err != nil {
 			bench.err = err
 			return

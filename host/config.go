@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
 )
 
@@ -71,9 +72,10 @@ type Config struct {
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
-	// WallClock replaces time.Now as the uncorrected clock (tests); the NTP
-	// offset is applied on top of it.
-	WallClock func() time.Time
+	// Clock is the uncorrected wall clock and the source of every wait of
+	// the host (default the real clock; tests pass a clockwork.FakeClock).
+	// The NTP offset is applied on top of its Now (timesource, SPEC §11).
+	Clock timesource.Clock
 }
 
 // DefaultConfig is the production configuration before the config file
@@ -174,8 +176,6 @@ func (c Config) withDefaults() Config {
 	if c.Reentry == "" {
 		c.Reentry = DefaultReentry
 	}
-	if c.WallClock == nil {
-		c.WallClock = time.Now
-	}
+	c.Clock = timesource.OrReal(c.Clock)
 	return c
 }

@@ -9,9 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chimehq/chime/llm"
 )
@@ -21,41 +22,24 @@ const testToken = "test-secret-token"
 // t0 is the start of every test clock.
 var t0 = time.Date(2026, 2, 2, 21, 0, 0, 0, time.UTC)
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
 type fixture struct {
 	svc *Service
-	clk *fakeClock
+	clk *clockwork.FakeClock // the service's wall clock and every wait of it
 	dir string
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // newFixture opens a Service on a fresh on-disk store with NTP disabled
-// and a fake wall clock at t0.
+// and a fake clock at t0.
 func newFixture(t testing.TB, mod ...func(*Config)) *fixture {
 	t.Helper()
-	return openFixture(t, t.TempDir(), &fakeClock{now: t0}, mod...)
+	return openFixture(t, t.TempDir(), clockwork.NewFakeClockAt(t0), mod...)
 }
 
-func openFixture(t testing.TB, dir string, clk *fakeClock, mod ...func(*Config)) *fixture {
+func openFixture(t testing.TB, dir string, clk *clockwork.FakeClock, mod ...func(*Config)) *fixture {
 	t.Helper()
-	cfg := Config{DataDir: dir, Token: testToken, WallClock: clk.Now}
+	cfg := Config{DataDir: dir, Token: testToken, Clock: clk}
 	for _, m := range mod {
 		m(&cfg)
 	}

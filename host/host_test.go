@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
 )
 
 func TestFilterEndpointsRequireToken(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-auth"
 	// A reservation made with the right token, which bad commits must not touch.
@@ -98,6 +101,7 @@ func TestFilterEndpointsRequireToken(t *testing.T) {
 }
 
 func TestPrepareAppliesDirectives(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-dir"
 	stop := func() (storage.StopMessage, bool) {
@@ -180,6 +184,7 @@ func TestPrepareAppliesDirectives(t *testing.T) {
 }
 
 func TestReminderReserveCommitRollback(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-life"
 	f.schedule(t, sid, "water the plants", t0.Add(5*time.Minute))
@@ -192,7 +197,7 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 	}
 
 	// Inside the 60 s due window.
-	f.clk.Set(t0.Add(4*time.Minute + 30*time.Second))
+	f.clk.Advance(4*time.Minute + 30*time.Second)
 	ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid})
 	if !ans.Reserved || ans.Reminders != reminderFor("water the plants") {
 		t.Fatalf("due reminder: %+v", ans)
@@ -250,6 +255,7 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 }
 
 func TestDirectiveTaskNotInjectedIntoItsOwnChain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-chain"
 	// Due inside the window already: stamped with the writing request id.
@@ -268,6 +274,7 @@ func TestDirectiveTaskNotInjectedIntoItsOwnChain(t *testing.T) {
 }
 
 func TestPrepareWithoutSession(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.schedule(t, "someone", "secret errand", t0.Add(10*time.Second))
 	ans := f.prepare(t, llm.PrepareRequest{RequestID: "anon-1", Directives: []llm.HostDirective{
@@ -303,6 +310,7 @@ func TestPrepareWithoutSession(t *testing.T) {
 }
 
 func TestPrepareSessionIsolation(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	long := strings.Repeat("x", 200)
 	ids := []string{"a", "a/b", "ab", "a:b", "A", "a b", "a/", "/a", "..", "~x", long, long[:199] + "y", "ünï", "a\x00b"}
@@ -329,6 +337,7 @@ func TestPrepareSessionIsolation(t *testing.T) {
 }
 
 func TestToolsExecuteHTTP(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-tools"
 	id := f.schedule(t, sid, "ship it", t0.Add(time.Hour))
@@ -362,6 +371,7 @@ func TestToolsExecuteHTTP(t *testing.T) {
 }
 
 func TestStorageFailureKeepsServing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-broken"
 	f.schedule(t, sid, "before the failure", t0.Add(time.Hour))
@@ -396,8 +406,9 @@ func TestStorageFailureKeepsServing(t *testing.T) {
 }
 
 func TestRestartKeepsState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	clk := &fakeClock{now: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	f := openFixture(t, dir, clk)
 	const sid = "sess-restart"
 	id := f.schedule(t, sid, "survive the restart", t0.Add(10*time.Minute))
@@ -407,7 +418,7 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clk.Set(t0.Add(9*time.Minute + 30*time.Second))
+	clk.Advance(9*time.Minute + 30*time.Second)
 	g := openFixture(t, dir, clk)
 	r := g.tool(t, sid, "r-3", "clock", `{"action":"list","items":[],"taskId":""}`)
 	items, _ := r["items"].([]any)
@@ -428,6 +439,7 @@ func TestRestartKeepsState(t *testing.T) {
 }
 
 func TestDevTokenDefault(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.Token = "" })
 	if rec := f.do(t, http.MethodGet, llm.PathState, DevToken, nil); rec.Code != http.StatusOK {
 		t.Fatalf("dev token: %d", rec.Code)
@@ -438,6 +450,7 @@ func TestDevTokenDefault(t *testing.T) {
 }
 
 func TestStateAndHealthz(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	rec := f.do(t, http.MethodGet, llm.PathState, testToken, nil)
 	var st llm.StateResponse
@@ -460,6 +473,7 @@ func TestStateAndHealthz(t *testing.T) {
 }
 
 func TestDisableClock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.DisableClock = true })
 	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "d-1", SessionID: "s"}); len(ans.Tools) != 0 {
 		t.Fatalf("tools with clock disabled: %v", ans.Tools)
@@ -499,6 +513,7 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestPrepareTimezoneReachesClock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	dir := func(tz, rid string) {
 		f.prepare(t, llm.PrepareRequest{RequestID: rid, SessionID: "sess-" + rid, Timezone: tz, Directives: []llm.HostDirective{

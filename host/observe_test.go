@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 )
 
@@ -42,6 +44,7 @@ func scrape(t *testing.T, f *fixture) map[string]float64 {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-metrics"
 	f.schedule(t, sid, "one", t0.Add(30*time.Second))
@@ -94,13 +97,14 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestDashboardAPI(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess/dash"
 	f.schedule(t, sid, "private errand", t0.Add(time.Hour))
 	f.prepare(t, llm.PrepareRequest{RequestID: "d-1", SessionID: sid, Directives: []llm.HostDirective{
 		{Kind: "stopMessage", Text: "secret continue text", MaxRepeats: 4}, {Kind: "route", Route: "slow"},
 	}})
-	f.clk.Set(t0.Add(time.Minute))
+	f.clk.Advance(time.Minute)
 	f.prepare(t, llm.PrepareRequest{RequestID: "d-2", SessionID: "sess-other"}) // touch only, not flushed
 
 	rec := f.do(t, http.MethodGet, "/api/sessions", "", nil)
@@ -183,8 +187,9 @@ func TestDashboardAPI(t *testing.T) {
 }
 
 func TestServeLifecycle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	f := openFixture(t, dir, &fakeClock{now: t0})
+	f := openFixture(t, dir, clockwork.NewFakeClockAt(t0))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,13 +215,14 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 	// The store was closed (its lock released) and the touch written.
-	g := openFixture(t, dir, &fakeClock{now: t0})
+	g := openFixture(t, dir, clockwork.NewFakeClockAt(t0))
 	if s, ok, _ := g.svc.store.GetSession("live"); !ok || s.LastSeenAt != t0.UnixMilli() {
 		t.Fatalf("session after Serve: %+v %v", s, ok)
 	}
 }
 
 func TestRunReportsListenError(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func (s *Service) newResolver() (*resolve.Resolver, error) {
 		Stop:               stopMessages{s.store},
 		Reminders:          holdReminders{s},
 		Observer:           observer{s.metrics},
-		Now:                s.now,
+		Clock:              s.clock,
 		Location:           s.location,
 		HoldMax:            s.cfg.HoldMax,
 		NoHoldNonStreaming: s.cfg.DisableHoldNonStreaming,

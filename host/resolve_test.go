@@ -22,7 +22,6 @@ type followup struct {
 	path   string
 	header http.Header
 	body   []byte
-	at     time.Time
 }
 
 // fakeProxy stands in for the proxy listener followups re-enter through:
@@ -42,7 +41,7 @@ func newFakeProxy(t *testing.T, proto llm.Protocol, answer func(n int, req follo
 	p := &fakeProxy{t: t, proto: proto, answer: answer}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		req := followup{path: r.URL.RequestURI(), header: r.Header.Clone(), body: body, at: time.Now()}
+		req := followup{path: r.URL.RequestURI(), header: r.Header.Clone(), body: body}
 		p.mu.Lock()
 		p.got = append(p.got, req)
 		n := len(p.got)
@@ -172,8 +171,10 @@ func toolOutput(t *testing.T, p llm.Protocol, body []byte, callID string) string
 }
 
 func TestResolveClockToolFollowup(t *testing.T) {
+	t.Parallel()
 	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			sid := "sess-tool-" + p.String()
 			proxy := newFakeProxy(t, p, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -242,6 +243,7 @@ func TestResolveClockToolFollowup(t *testing.T) {
 }
 
 func TestResolveTimezoneReachesTool(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
 		return http.StatusOK, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}
@@ -256,8 +258,10 @@ func TestResolveTimezoneReachesTool(t *testing.T) {
 }
 
 func TestResolveStopMessageTwice(t *testing.T) {
+	t.Parallel()
 	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
 		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			sid := "sess-stop-" + p.String()
 			f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -315,6 +319,7 @@ func TestResolveStopMessageTwice(t *testing.T) {
 }
 
 func TestResolveStopMessageNotOnLengthOrCompaction(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-compact"
 	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -343,6 +348,7 @@ func TestResolveStopMessageNotOnLengthOrCompaction(t *testing.T) {
 }
 
 func TestResolveRepeatedPairs(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-repeat"
 	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
@@ -359,6 +365,7 @@ func TestResolveRepeatedPairs(t *testing.T) {
 }
 
 func TestResolveMaxHops(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-hops"
 	proxy := newFakeProxy(t, llm.Messages, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -390,16 +397,21 @@ func TestResolveMaxHops(t *testing.T) {
 }
 
 func TestResolveMaxDuration(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.MaxChainDuration = 300 * time.Millisecond })
+	t.Parallel()
+	f := newFixture(t) // the SPEC §7 default: 15 min per chain
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, ctx context.Context) (int, *llm.Turn) {
-		select {
-		case <-time.After(120 * time.Millisecond):
-		case <-ctx.Done():
+		f.clk.Advance(6 * time.Minute) // each followup takes 6 min
+		if n == 3 {                    // 18 min: the guard ends the chain mid-followup
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second): // guards against a hang only
+				t.Error("the followup past the chain's duration was not aborted")
+			}
 		}
 		return http.StatusOK, &llm.Turn{Text: fmt.Sprint("t", n), ToolCalls: []llm.ToolCall{{ID: fmt.Sprint("c", n), Name: "clock", Arguments: getArgs}}}
 	})
 	resp := f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", "sess-dur", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "clock", Arguments: getArgs}}}))
-	if resp.Reason != "max_duration" || resp.Hops >= 8 {
+	if resp.Reason != "max_duration" || resp.Hops != 3 || len(proxy.followups()) != 3 {
 		t.Fatalf("resolve: %+v", resp)
 	}
 	if resp.Continued && len(resp.Continuation.ToolCalls) != 0 {
@@ -408,6 +420,7 @@ func TestResolveMaxDuration(t *testing.T) {
 }
 
 func TestResolveMixedCalls(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-mixed"
 	proxy := newFakeProxy(t, llm.Responses, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -443,11 +456,13 @@ func TestResolveMixedCalls(t *testing.T) {
 }
 
 func TestResolveUpstreamError(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []struct {
 		name   string
 		status int
 	}{{"500", http.StatusInternalServerError}, {"not json", http.StatusOK}} {
 		t.Run(bad.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
 				if n == 1 {
@@ -484,31 +499,72 @@ func (f *fixture) scheduleMs(t *testing.T, session, task string, due time.Time) 
 	}
 }
 
-// realClockFixture runs on the wall clock with a 1 ms due window, so a task
-// comes due at its dueAt and holds wait for real.
-func realClockFixture(t *testing.T, mod ...func(*Config)) *fixture {
+// resolveAsync posts req like resolve, in a goroutine, so the test can
+// drive the chain's waits with the fake clock meanwhile.
+func (f *fixture) resolveAsync(t *testing.T, req llm.ResolveRequest) <-chan llm.ResolveResponse {
 	t.Helper()
-	mod = append([]func(*Config){func(c *Config) {
-		c.WallClock = time.Now
-		c.DueWindow = time.Millisecond
-	}}, mod...)
-	return openFixture(t, t.TempDir(), &fakeClock{}, mod...)
+	done := make(chan llm.ResolveResponse, 1)
+	go func() {
+		rec := f.do(t, http.MethodPost, llm.PathResolve, testToken, req)
+		var resp llm.ResolveResponse
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &resp) != nil {
+			t.Errorf("resolve: %d %s", rec.Code, rec.Body)
+		}
+		done <- resp
+	}()
+	return done
 }
 
+// blockUntil waits until n waits are pending on the fixture's clock: each
+// running chain has one (its SPEC §7 duration guard), a hold one more.
+func (f *fixture) blockUntil(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.clk.BlockUntilContext(ctx, n); err != nil {
+		t.Fatalf("waiting for %d clock waiters: %v", n, err)
+	}
+}
+
+// recv returns the next value of c; the timeout only guards against a hang.
+func recv[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out")
+		panic("unreachable")
+	}
+}
+
+// One chain holding: its duration guard and its hold timer.
+const holding = 2
+
 func TestResolveHold(t *testing.T) {
-	f := realClockFixture(t)
+	t.Parallel()
+	f := newFixture(t)
 	const sid = "sess-hold"
-	due := time.Now().Add(time.Second)
+	due := t0.Add(90 * time.Second) // injectable from t0+30s (60 s due window)
 	f.scheduleMs(t, sid, "water the plants", due)
 	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid}); ans.Reserved || !ans.MayContinue {
 		t.Fatalf("prepare before due: %+v", ans)
 	}
+	var sentAt time.Time
 	proxy := newFakeProxy(t, llm.Messages, func(int, followup, context.Context) (int, *llm.Turn) {
+		sentAt = f.clk.Now()
 		return http.StatusOK, &llm.Turn{Text: "Watered.", Finish: llm.Finish{Reason: llm.FinishStop}}
 	})
 	req := resolveReq(llm.Messages, proxy, "req-1", sid, &llm.Turn{Text: "All done.", Finish: llm.Finish{Reason: llm.FinishStop}})
 	req.Streaming = false // holdNonStreaming defaults to true
-	resp := f.resolve(t, req)
+	done := f.resolveAsync(t, req)
+	f.blockUntil(t, holding)
+	f.clk.Advance(30*time.Second - time.Millisecond)
+	if n := len(proxy.followups()); n != 0 {
+		t.Fatalf("%d followups before the task was due", n)
+	}
+	f.clk.Advance(time.Millisecond)
+	resp := recv(t, done)
 
 	if !resp.Continued || resp.Reason != "done" || resp.Hops != 1 || resp.Continuation.Text != "Watered." {
 		t.Fatalf("resolve: %+v", resp)
@@ -518,8 +574,8 @@ func TestResolveHold(t *testing.T) {
 		t.Fatalf("%d followups", len(got))
 	}
 	fu := got[0]
-	if fu.at.Before(due.Add(-time.Millisecond)) {
-		t.Errorf("followup sent %v before the task was due", due.Sub(fu.at))
+	if !sentAt.Equal(due.Add(-60 * time.Second)) {
+		t.Errorf("followup sent at %v, want when the task came due", sentAt.Sub(t0))
 	}
 	if txt := lastUserText(llm.Messages, fu.body); txt != reminderFor("water the plants") {
 		t.Errorf("followup ends with %q", txt)
@@ -537,12 +593,15 @@ func TestResolveHold(t *testing.T) {
 }
 
 func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
-	f := realClockFixture(t)
+	t.Parallel()
+	f := newFixture(t)
 	const sid = "sess-hold-err"
-	f.scheduleMs(t, sid, "call mom", time.Now().Add(200*time.Millisecond))
+	f.scheduleMs(t, sid, "call mom", t0.Add(70*time.Second))
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusServiceUnavailable, nil })
-	resp := f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
-	if resp.Reason != "upstream_error" || resp.Continued || len(proxy.followups()) != 1 {
+	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
+	f.blockUntil(t, holding)
+	f.clk.Advance(10 * time.Second)
+	if resp := recv(t, done); resp.Reason != "upstream_error" || resp.Continued || len(proxy.followups()) != 1 {
 		t.Fatalf("resolve: %+v", resp)
 	}
 	ts, _ := f.svc.store.ListTasks(sid)
@@ -556,9 +615,10 @@ func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
 }
 
 func TestResolveNoHoldForJSONWhenDisabled(t *testing.T) {
-	f := realClockFixture(t, func(c *Config) { c.DisableHoldNonStreaming = true })
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.DisableHoldNonStreaming = true })
 	const sid = "sess-nohold"
-	f.scheduleMs(t, sid, "stand up", time.Now().Add(500*time.Millisecond))
+	f.scheduleMs(t, sid, "stand up", t0.Add(65*time.Second))
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
 		return http.StatusOK, &llm.Turn{Text: "up", Finish: llm.Finish{Reason: llm.FinishStop}}
 	})
@@ -569,60 +629,46 @@ func TestResolveNoHoldForJSONWhenDisabled(t *testing.T) {
 	}
 	// A streaming client is still held.
 	req.RequestID, req.Streaming = "req-2", true
-	if resp := f.resolve(t, req); !resp.Continued || resp.Hops != 1 || len(proxy.followups()) != 1 {
+	done := f.resolveAsync(t, req)
+	f.blockUntil(t, holding)
+	f.clk.Advance(5 * time.Second)
+	if resp := recv(t, done); !resp.Continued || resp.Hops != 1 || len(proxy.followups()) != 1 {
 		t.Fatalf("SSE client not held: %+v", resp)
 	}
 }
 
 func TestResolveHoldBeyondHoldMax(t *testing.T) {
-	f := realClockFixture(t, func(c *Config) { c.HoldMax = 100 * time.Millisecond })
+	t.Parallel()
+	f := newFixture(t)
 	const sid = "sess-far"
-	f.scheduleMs(t, sid, "later", time.Now().Add(10*time.Second))
+	// Injectable 1 ms after holdMax (60 s) from now: no hold, no wait.
+	f.scheduleMs(t, sid, "later", t0.Add(DefaultHoldMax+60*time.Second+time.Millisecond))
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	if resp := f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok"})); resp.Continued || len(proxy.followups()) != 0 {
 		t.Fatalf("held for a task beyond holdMax: %+v", resp)
 	}
 }
 
-// waitActive waits until n chains run.
-func waitActive(t *testing.T, f *fixture, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.svc.resolver.Active() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d chains active, want %d", f.svc.resolver.Active(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestResolveCancelDuringHold(t *testing.T) {
-	f := realClockFixture(t)
+	t.Parallel()
+	f := newFixture(t)
 	const sid = "sess-cancel-hold"
-	due := time.Now().Add(1200 * time.Millisecond)
-	f.scheduleMs(t, sid, "feed the cat", due)
+	f.scheduleMs(t, sid, "feed the cat", t0.Add(61*time.Second))
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
 		return http.StatusOK, &llm.Turn{Text: "fed"}
 	})
-	done := make(chan llm.ResolveResponse, 1)
-	go func() {
-		done <- f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
-	}()
-	waitActive(t, f, 1)
-	time.Sleep(100 * time.Millisecond)
+	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
+	f.blockUntil(t, holding)
 	if rec := f.do(t, http.MethodPost, llm.PathCancel, testToken, llm.OutcomeRequest{RequestID: "req-1"}); rec.Code != http.StatusNoContent {
 		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
 	}
-	var resp llm.ResolveResponse
-	select {
-	case resp = <-done:
-	case <-time.After(time.Until(due)):
-		t.Fatal("resolve still holding after cancel")
-	}
+	// The clock has not moved: only the cancel can end the hold.
+	resp := recv(t, done)
 	if resp.Continued || resp.Reason != "cancelled" || resp.Hops != 0 {
 		t.Fatalf("resolve: %+v", resp)
 	}
-	time.Sleep(time.Until(due) + 200*time.Millisecond)
+	// The chain has returned; past the due time nothing is sent.
+	f.clk.Advance(2 * time.Second)
 	if n := len(proxy.followups()); n != 0 {
 		t.Fatalf("%d followups after cancel", n)
 	}
@@ -636,37 +682,31 @@ func TestResolveCancelDuringHold(t *testing.T) {
 }
 
 func TestResolveCancelInFlightFollowup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
+	arrived := make(chan struct{})
 	aborted := make(chan struct{})
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, ctx context.Context) (int, *llm.Turn) {
+		close(arrived)
 		select {
 		case <-ctx.Done(): // the host hung up
 			close(aborted)
-		case <-time.After(5 * time.Second):
+		case <-time.After(5 * time.Second): // guards against a hang only
 		}
 		return http.StatusOK, &llm.Turn{Text: "late", ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: getArgs}}}
 	})
-	done := make(chan llm.ResolveResponse, 1)
-	go func() {
-		done <- f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", "sess-inflight", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "clock", Arguments: getArgs}}}))
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(proxy.followups()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", "sess-inflight", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "clock", Arguments: getArgs}}}))
+	recv(t, arrived)
 	f.svc.Cancel("req-1")
-	select {
-	case <-aborted:
-	case <-time.After(3 * time.Second):
-		t.Fatal("in-flight followup not aborted")
-	}
-	resp := <-done
+	recv(t, aborted)
+	resp := recv(t, done)
 	if resp.Reason != "cancelled" || resp.Continued || len(proxy.followups()) != 1 {
 		t.Fatalf("resolve: %+v, %d followups", resp, len(proxy.followups()))
 	}
 }
 
 func TestResolveClientGone(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -680,6 +720,7 @@ func TestResolveClientGone(t *testing.T) {
 }
 
 func TestResolveCancelBeforeResolve(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-early"
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
@@ -706,6 +747,7 @@ func TestResolveCancelBeforeResolve(t *testing.T) {
 }
 
 func TestResolveDefaultReentry(t *testing.T) {
+	t.Parallel()
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	f := newFixture(t, func(c *Config) { c.Reentry = proxy.reentry() })
 	req := resolveReq(llm.Chat, proxy, "req-1", "sess-re", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: getArgs}}})
@@ -716,6 +758,7 @@ func TestResolveDefaultReentry(t *testing.T) {
 }
 
 func TestResolveAndCancelRequireToken(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	body := resolveReq(llm.Chat, proxy, "req-1", "sess-auth", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: scheduleArgs("evil", t0.Add(time.Hour))}}})
@@ -739,6 +782,7 @@ func TestResolveAndCancelRequireToken(t *testing.T) {
 }
 
 func TestResolveBadRequests(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	good := resolveReq(llm.Chat, proxy, "req-1", "s", &llm.Turn{Text: "x"})
@@ -772,6 +816,7 @@ func TestResolveBadRequests(t *testing.T) {
 }
 
 func TestPrepareMayContinue(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r0", SessionID: "sess-idle"}); ans.MayContinue {
 		t.Error("idle session: mayContinue")

@@ -23,6 +23,7 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
 	"github.com/chimehq/chime/storage"
@@ -44,6 +45,7 @@ type Service struct {
 	log      *slog.Logger
 	store    *storage.Store
 	tracker  *ntp.Tracker
+	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
 	touches  *touch.Batcher
 	metrics  *metrics.Metrics
@@ -79,13 +81,14 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	tracker, err := ntp.New(cfg.NTP, store, ntp.WithWallClock(cfg.WallClock), ntp.WithLogger(logger))
+	tracker, err := ntp.New(cfg.NTP, store, ntp.WithClock(cfg.Clock), ntp.WithLogger(logger))
 	if err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("host: %w", err)
 	}
+	hostClock := tracker.Clock()
 	engine, err := clock.New(clock.Config{
-		Store: store, Now: tracker.Now, NTP: tracker.Snapshot,
+		Store: store, Clock: hostClock, NTP: tracker.Snapshot,
 		DueWindow: cfg.DueWindow, Retention: cfg.Retention, Logger: logger,
 	})
 	if err != nil {
@@ -93,7 +96,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("host: %w", err)
 	}
 	s := &Service{
-		cfg: cfg, log: logger, store: store, tracker: tracker, engine: engine,
+		cfg: cfg, log: logger, store: store, tracker: tracker, clock: hostClock, engine: engine,
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
@@ -129,9 +132,9 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	s.tracker.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.engine.Run(ctx) })
-	ticker := time.NewTicker(s.cfg.TouchSync)
+	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
-	wg.Go(func() { s.touches.Run(ctx, ticker.C) })
+	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })
 
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -174,7 +177,7 @@ func (s *Service) Close() error {
 }
 
 // now is host time with the NTP offset (SPEC §5 nowMs).
-func (s *Service) now() time.Time { return s.tracker.Now() }
+func (s *Service) now() time.Time { return s.clock.Now() }
 
 func (s *Service) ntpInfo() llm.NTPInfo {
 	st := s.tracker.Snapshot()

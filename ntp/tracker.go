@@ -11,6 +11,7 @@ import (
 
 	sntp "github.com/beevik/ntp"
 
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/storage"
 )
 
@@ -54,7 +55,7 @@ const errNotSynced = "not synchronized yet"
 type Tracker struct {
 	cfg   Config
 	store Persister
-	wall  func() time.Time
+	clock timesource.Clock // uncorrected wall clock; the sync loop waits on it
 	query func(server string, timeout time.Duration) (*sntp.Response, error)
 	log   *slog.Logger
 	// onSync, when set, runs after every background sync (tests).
@@ -73,8 +74,9 @@ type Tracker struct {
 // Option customizes a Tracker.
 type Option func(*Tracker)
 
-// WithWallClock replaces time.Now as the tracker's uncorrected clock.
-func WithWallClock(now func() time.Time) Option { return func(t *Tracker) { t.wall = now } }
+// WithClock replaces the real clock as the tracker's uncorrected wall
+// clock and the clock its sync loop waits on (tests pass a fake).
+func WithClock(c timesource.Clock) Option { return func(t *Tracker) { t.clock = timesource.OrReal(c) } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(t *Tracker) { t.log = l } }
@@ -105,7 +107,7 @@ func New(cfg Config, store Persister, opts ...Option) (*Tracker, error) {
 			}
 		}
 	}
-	t := &Tracker{cfg: cfg, store: store, wall: time.Now, log: slog.Default(), query: queryServer}
+	t := &Tracker{cfg: cfg, store: store, clock: timesource.Real(), log: slog.Default(), query: queryServer}
 	for _, o := range opts {
 		o(t)
 	}
@@ -169,12 +171,8 @@ func (t *Tracker) loop(ctx context.Context) {
 		if t.onSync != nil {
 			t.onSync()
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if timesource.Wait(ctx, t.clock, wait) != nil {
 			return
-		case <-timer.C:
 		}
 	}
 }
@@ -209,7 +207,7 @@ func (t *Tracker) SyncOnce(ctx context.Context) error {
 		t.mu.Lock()
 		t.offset = resp.ClockOffset
 		t.server = server
-		t.goodAt = t.wall()
+		t.goodAt = t.clock.Now()
 		t.lastErr = ""
 		t.mu.Unlock()
 		t.persist()
@@ -243,7 +241,7 @@ func (t *Tracker) Snapshot() State {
 	if !t.cfg.Enabled {
 		return State{Status: StatusDisabled}
 	}
-	now := t.wall()
+	now := t.clock.Now()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s := State{OffsetMs: t.offset.Round(time.Millisecond).Milliseconds(), Server: t.server, UpdatedAt: t.goodAt, Err: t.lastErr}
@@ -273,4 +271,9 @@ func (t *Tracker) Offset() time.Duration {
 }
 
 // Now is the wall clock plus the last good offset (SPEC §5 nowMs).
-func (t *Tracker) Now() time.Time { return t.wall().Add(t.Offset()) }
+func (t *Tracker) Now() time.Time { return t.clock.Now().Add(t.Offset()) }
+
+// Clock is host time: Now is the tracker's Now (wall clock plus the
+// offset), and its waits are the tracker clock's, on monotonic time
+// (SPEC §9, §11). Hand it to everything that reads or waits for time.
+func (t *Tracker) Clock() timesource.Clock { return timesource.WithOffset(t.clock, t.Offset) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sntp "github.com/beevik/ntp"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chimehq/chime/storage"
 )
@@ -126,12 +127,12 @@ func (m *memPersister) snapshot() (storage.NTPState, int) {
 func near(got, want, tol int64) bool { return got >= want-tol && got <= want+tol }
 
 func TestStatusTransitions(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 1500*time.Millisecond)
-	var shift atomic.Int64 // moves the tracker's wall clock forward
-	wall := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
+	wall := clockwork.NewFakeClock() // the tracker's wall clock, moved by hand
 	store := &memPersister{}
 	cfg := Config{Enabled: true, Servers: []string{srv.addr()}, StaleAfter: time.Hour, Timeout: 300 * time.Millisecond}
-	tr, err := New(cfg, store, WithWallClock(wall))
+	tr, err := New(cfg, store, WithClock(wall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestStatusTransitions(t *testing.T) {
 	if s.Status != StatusOK || !near(s.OffsetMs, 1500, 100) || s.Server != srv.addr() || s.Err != "" {
 		t.Fatalf("after good sync: %+v", s)
 	}
-	if d := tr.Now().Sub(wall()); !near(d.Milliseconds(), 1500, 100) {
+	if d := tr.Now().Sub(wall.Now()); !near(d.Milliseconds(), 1500, 100) {
 		t.Fatalf("Now is off by %v, want ≈1.5s", d)
 	}
 	good := s
@@ -191,11 +192,11 @@ func TestStatusTransitions(t *testing.T) {
 	}
 
 	// 5. Past StaleAfter the old offset is stale (and still applied).
-	shift.Store(int64(2 * time.Hour))
+	wall.Advance(2 * time.Hour)
 	if s = tr.Snapshot(); s.Status != StatusStale || s.OffsetMs != good.OffsetMs {
 		t.Fatalf("after StaleAfter: %+v", s)
 	}
-	if d := tr.Now().Sub(wall()); !near(d.Milliseconds(), good.OffsetMs, 1) {
+	if d := tr.Now().Sub(wall.Now()); !near(d.Milliseconds(), good.OffsetMs, 1) {
 		t.Fatalf("stale offset not applied: %v", d)
 	}
 
@@ -212,10 +213,10 @@ func TestStatusTransitions(t *testing.T) {
 // With a fresh last-good offset and no attempt since, the status is ok; a
 // last good older than StaleAfter is stale even without a failure.
 func TestStaleWithoutFailure(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 0)
-	var shift atomic.Int64
-	wall := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
-	tr, err := New(Config{Enabled: true, Servers: []string{srv.addr()}, StaleAfter: time.Minute}, nil, WithWallClock(wall))
+	wall := clockwork.NewFakeClock()
+	tr, err := New(Config{Enabled: true, Servers: []string{srv.addr()}, StaleAfter: time.Minute}, nil, WithClock(wall))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,13 +226,14 @@ func TestStaleWithoutFailure(t *testing.T) {
 	if s := tr.Snapshot(); s.Status != StatusOK {
 		t.Fatalf("%+v", s)
 	}
-	shift.Store(int64(61 * time.Second))
+	wall.Advance(61 * time.Second)
 	if s := tr.Snapshot(); s.Status != StatusStale || s.Err != "" {
 		t.Fatalf("%+v", s)
 	}
 }
 
 func TestStartIsAsyncAndFailsOver(t *testing.T) {
+	t.Parallel()
 	dead := newFakeServer(t, 0)
 	dead.mode.Store(modeSilent)
 	good := newFakeServer(t, -2*time.Second)
@@ -269,7 +271,56 @@ func TestStartIsAsyncAndFailsOver(t *testing.T) {
 	}
 }
 
+// The sync loop waits on the injected clock: Retry after a failure, then
+// Interval after a success; Clock is host time over the same waits.
+func TestLoopWaitsOnTheClock(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 2, 2, 21, 0, 0, 0, time.UTC)
+	fake := clockwork.NewFakeClockAt(t0)
+	tr, err := New(Config{Enabled: true, Servers: []string{"127.0.0.1:123"}, Interval: time.Hour, Retry: time.Minute}, nil, WithClock(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queries atomic.Int32
+	tr.query = func(string, time.Duration) (*sntp.Response, error) {
+		if queries.Add(1) == 1 {
+			return nil, errors.New("unreachable")
+		}
+		return &sntp.Response{Version: 4, Stratum: 2, Time: t0, ReferenceTime: t0.Add(-10 * time.Second), ClockOffset: 250 * time.Millisecond}, nil
+	}
+	synced := make(chan struct{}, 4)
+	tr.onSync = func() { synced <- struct{}{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.Start(ctx)
+
+	step := func(d time.Duration, wantQueries int32) {
+		t.Helper()
+		bctx, stop := context.WithTimeout(ctx, 5*time.Second)
+		defer stop()
+		if err := fake.BlockUntilContext(bctx, 1); err != nil {
+			t.Fatalf("the loop is not waiting on the clock: %v", err)
+		}
+		if n := queries.Load(); n != wantQueries-1 {
+			t.Fatalf("%d queries before advancing, want %d", n, wantQueries-1)
+		}
+		fake.Advance(d)
+		<-synced
+		if n := queries.Load(); n != wantQueries {
+			t.Fatalf("%d queries after %v, want %d", n, d, wantQueries)
+		}
+	}
+	<-synced // the first sync failed
+	step(time.Minute, 2)
+	host := tr.Clock()
+	if d := host.Now().Sub(fake.Now()); d != 250*time.Millisecond {
+		t.Fatalf("host clock offset %v", d)
+	}
+	step(time.Hour, 3)
+}
+
 func TestRestoreFromStore(t *testing.T) {
+	t.Parallel()
 	st, err := storage.Open("", storage.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +360,7 @@ func TestRestoreFromStore(t *testing.T) {
 }
 
 func TestDisabledNeverTouchesNetwork(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, time.Hour)
 	store := &memPersister{has: true, state: storage.NTPState{Status: "ok", OffsetMs: 9999, UpdatedAt: time.Now().UnixMilli()}}
 	tr, err := New(Config{Enabled: false, Servers: []string{srv.addr()}}, store)
@@ -339,6 +391,7 @@ func TestDisabledNeverTouchesNetwork(t *testing.T) {
 }
 
 func TestCanceledSyncRecordsNothing(t *testing.T) {
+	t.Parallel()
 	srv := newFakeServer(t, 0)
 	store := &memPersister{}
 	tr, err := New(Config{Enabled: true, Servers: []string{srv.addr()}}, store)
@@ -356,6 +409,7 @@ func TestCanceledSyncRecordsNothing(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Config{Enabled: true}, nil); err == nil {
 		t.Fatal("no servers accepted")
 	}
@@ -368,6 +422,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
 	env := func(kv map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
 	}

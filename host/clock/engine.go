@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
 	"github.com/chimehq/chime/storage"
 )
@@ -41,8 +42,9 @@ const reservationGC = time.Hour
 // Config wires an Engine. Only Store is required.
 type Config struct {
 	Store *storage.Store
-	// Now is host time including the NTP offset (ntp.Tracker.Now); default time.Now.
-	Now func() time.Time
+	// Clock is host time including the NTP offset (ntp.Tracker.Clock) and
+	// what the sweep tick waits on; default the real clock.
+	Clock timesource.Clock
 	// NTP reports the tracker state for `get`; nil reports "disabled".
 	NTP func() ntp.State
 	// Location is the default zone for `get` and for repeats; default UTC.
@@ -61,13 +63,12 @@ type Config struct {
 type Engine struct {
 	cfg   Config
 	store *storage.Store
-	now   func() time.Time
+	clock timesource.Clock
+	now   func() time.Time // clock.Now
 	log   *slog.Logger
 
 	mu sync.Mutex // serializes read-modify-write of tasks
 
-	// newTicker is replaced in tests so Run needs no real time.
-	newTicker func(time.Duration) (<-chan time.Time, func())
 	// afterSweep, when set, runs after each Run sweep (tests).
 	afterSweep func()
 
@@ -80,9 +81,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("clock: Config.Store is required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = timesource.OrReal(cfg.Clock)
 	if cfg.Location == nil {
 		cfg.Location = time.UTC
 	}
@@ -98,11 +97,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Engine{
-		cfg: cfg, store: cfg.Store, now: cfg.Now, log: cfg.Logger,
-		newTicker: func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		},
+		cfg: cfg, store: cfg.Store, clock: cfg.Clock, now: cfg.Clock.Now, log: cfg.Logger,
 		locs: map[string]*time.Location{},
 	}, nil
 }
@@ -188,7 +183,7 @@ func (e *Engine) dueTime(t storage.ClockTask) time.Time {
 // rearm moves a repeating task to its next occurrence after now and clears
 // its per-occurrence delivery state. It reports false when there is none.
 func (e *Engine) rearm(t *storage.ClockTask, now time.Time) bool {
-	_, rec, err := parseRepeat(t.Repeat)
+	_, rec, err := parseRepeat(t.Repeat, now)
 	if err != nil || rec == nil {
 		return false
 	}

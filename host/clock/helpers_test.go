@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/chimehq/chime/storage"
 )
@@ -15,34 +16,25 @@ import (
 // t0 is the fixed start of every test clock.
 var t0 = time.Date(2026, 2, 2, 21, 0, 0, 0, time.UTC)
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// fakeClock is clockwork's fake clock with absolute moves for readable
+// tests; it is the engine's injected clock.
+type fakeClock struct{ *clockwork.FakeClock }
 
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+func newFakeClock(at time.Time) fakeClock { return fakeClock{clockwork.NewFakeClockAt(at)} }
 
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+// Set moves the clock to t (backwards too), firing the waits it passes.
+func (c fakeClock) Set(t time.Time) { c.Advance(t.Sub(c.Now())) }
 
-func (c *fakeClock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
+// Add moves the clock by d and returns the new time.
+func (c fakeClock) Add(d time.Duration) time.Time {
+	c.Advance(d)
+	return c.Now()
 }
 
 type fixture struct {
 	e     *Engine
 	store *storage.Store
-	clock *fakeClock
+	clock fakeClock
 }
 
 func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
@@ -52,12 +44,12 @@ func newFixture(t *testing.T, mod ...func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	return newFixtureOn(t, st, &fakeClock{now: t0}, mod...)
+	return newFixtureOn(t, st, newFakeClock(t0), mod...)
 }
 
-func newFixtureOn(t *testing.T, st *storage.Store, clk *fakeClock, mod ...func(*Config)) *fixture {
+func newFixtureOn(t *testing.T, st *storage.Store, clk fakeClock, mod ...func(*Config)) *fixture {
 	t.Helper()
-	cfg := Config{Store: st, Now: clk.Now, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{Store: st, Clock: clk, Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mod {
 		m(&cfg)
 	}

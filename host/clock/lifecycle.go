@@ -89,13 +89,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	sweep()
-	tick, stop := e.newTicker(e.cfg.SweepEvery)
-	defer stop()
+	tick := e.clock.NewTicker(e.cfg.SweepEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick:
+		case <-tick.Chan():
 			sweep()
 		}
 	}

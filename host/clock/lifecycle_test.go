@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/storage"
 )
 
@@ -98,7 +99,7 @@ func TestSweepKeepsDueUndeliveredUntilExpiry(t *testing.T) {
 // injected.
 func TestDueTaskSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	clk := &fakeClock{now: t0}
+	clk := newFakeClock(t0)
 	st := openDisk(t, dir)
 	f := newFixtureOn(t, st, clk)
 	id := f.schedule(t, "s", "r", item(iso(t0.Add(time.Minute)), "persist me"))
@@ -116,21 +117,33 @@ func TestDueTaskSurvivesRestart(t *testing.T) {
 	}
 }
 
+// tickerSpy records the sweep ticker's period and whether Run stopped it.
+type tickerSpy struct {
+	fakeClock
+	period  chan time.Duration
+	stopped chan struct{}
+}
+
+func (c tickerSpy) NewTicker(d time.Duration) timesource.Ticker {
+	c.period <- d
+	return spiedTicker{c.fakeClock.NewTicker(d), c.stopped}
+}
+
+type spiedTicker struct {
+	timesource.Ticker
+	stopped chan struct{}
+}
+
+func (t spiedTicker) Stop() { t.Ticker.Stop(); close(t.stopped) }
+
 func TestRunSweepsAtStartAndOnTick(t *testing.T) {
-	f := newFixture(t)
+	clk := tickerSpy{newFakeClock(t0), make(chan time.Duration, 1), make(chan struct{})}
+	f := newFixture(t, func(c *Config) { c.Clock = clk })
 	a := f.schedule(t, "s", "r", item(iso(t0.Add(time.Minute)), "a"))
 	b := f.schedule(t, "s", "r", item(iso(t0.Add(time.Hour)), "b"))
-	f.clock.Set(t0.Add(30 * time.Minute)) // a expired, b not
+	clk.Set(t0.Add(30 * time.Minute)) // a expired, b not
 
-	ticks := make(chan time.Time)
-	stopped := make(chan struct{})
-	f.e.newTicker = func(d time.Duration) (<-chan time.Time, func()) {
-		if d != DefaultSweepEvery {
-			t.Errorf("tick every %v", d)
-		}
-		return ticks, func() { close(stopped) }
-	}
-	swept := make(chan struct{})
+	swept := make(chan struct{}, 8) // a long Advance may queue a second tick
 	f.e.afterSweep = func() { swept <- struct{}{} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -141,8 +154,15 @@ func TestRunSweepsAtStartAndOnTick(t *testing.T) {
 		t.Fatal("startup scan kept an expired task")
 	}
 	f.task(t, "s", b)
-	f.clock.Set(t0.Add(2 * time.Hour))
-	ticks <- f.clock.Now()
+	if d := <-clk.period; d != DefaultSweepEvery {
+		t.Errorf("tick every %v", d)
+	}
+	bctx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	if err := clk.BlockUntilContext(bctx, 1); err != nil {
+		t.Fatal("the sweep ticker is not on the injected clock")
+	}
+	clk.Set(t0.Add(2 * time.Hour)) // the tick fires during the move
 	<-swept
 	if _, ok, _ := f.store.GetTask("s", b); ok {
 		t.Fatal("tick did not sweep")
@@ -151,7 +171,7 @@ func TestRunSweepsAtStartAndOnTick(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	<-stopped
+	<-clk.stopped
 }
 
 func TestNextDue(t *testing.T) {
@@ -220,7 +240,7 @@ func TestDirectives(t *testing.T) {
 // clock:clear is written through: after close and reopen the tasks are gone.
 func TestApplyClearIsDurable(t *testing.T) {
 	dir := t.TempDir()
-	clk := &fakeClock{now: t0}
+	clk := newFakeClock(t0)
 	st := openDisk(t, dir)
 	f := newFixtureOn(t, st, clk)
 	f.schedule(t, "s", "r", item(iso(t0.Add(time.Hour)), "x"))

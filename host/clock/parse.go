@@ -59,7 +59,7 @@ type recurrence interface {
 
 // parseRepeat validates a repeat spec and returns its normalized text ("" for
 // a one-shot task) and its recurrence (nil for a one-shot task).
-func parseRepeat(spec string) (string, recurrence, error) {
+func parseRepeat(spec string, now time.Time) (string, recurrence, error) {
 	norm := strings.Join(strings.Fields(spec), " ")
 	lower := strings.ToLower(norm)
 	switch lower {
@@ -84,7 +84,7 @@ func parseRepeat(spec string) (string, recurrence, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("repeat %q is not a valid 5-field cron expression: %v", spec, err)
 	}
-	if sched.Next(time.Now()).IsZero() {
+	if sched.Next(now).IsZero() {
 		return "", nil, fmt.Errorf("repeat %q never fires", spec)
 	}
 	return norm, cronRec{s: sched}, nil

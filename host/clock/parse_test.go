@@ -47,7 +47,7 @@ func TestRecurrences(t *testing.T) {
 	}
 	next := func(spec string, due, after time.Time) time.Time {
 		t.Helper()
-		_, rec, err := parseRepeat(spec)
+		_, rec, err := parseRepeat(spec, t0)
 		if err != nil || rec == nil {
 			t.Fatalf("%q: %v", spec, err)
 		}
@@ -90,13 +90,13 @@ func TestRecurrences(t *testing.T) {
 	}
 
 	for spec, norm := range map[string]string{"": "", "once": "", " Daily ": "daily", "every   30m": "every 30m", "0  9 * * *": "0 9 * * *"} {
-		got, _, err := parseRepeat(spec)
+		got, _, err := parseRepeat(spec, t0)
 		if err != nil || got != norm {
 			t.Fatalf("%q → %q %v, want %q", spec, got, err, norm)
 		}
 	}
 	for _, bad := range []string{"hourly", "every", "every 0m", "every -5m", "every 1d2", "* * * *", "0 9 * * * *", "0 9 31 2 *", "0 25 * * *"} {
-		if _, _, err := parseRepeat(bad); err == nil {
+		if _, _, err := parseRepeat(bad, t0); err == nil {
 			t.Fatalf("%q accepted", bad)
 		}
 	}
@@ -156,7 +156,7 @@ func FuzzParseRepeat(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		norm, rec, err := parseRepeat(s)
+		norm, rec, err := parseRepeat(s, t0)
 		if err != nil {
 			return
 		}
@@ -167,7 +167,7 @@ func FuzzParseRepeat(f *testing.F) {
 			return
 		}
 		// The normalized text parses to the same kind of schedule.
-		if again, _, err := parseRepeat(norm); err != nil || again != norm {
+		if again, _, err := parseRepeat(norm, t0); err != nil || again != norm {
 			t.Fatalf("%q: normalized %q does not re-parse (%q, %v)", s, norm, again, err)
 		}
 		if n, ok := rec.nextAfter(t0, t0); ok && !n.After(t0) {

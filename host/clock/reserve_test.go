@@ -160,7 +160,7 @@ func TestRollbackReleases(t *testing.T) {
 func TestReservationSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	st := openDisk(t, dir)
-	clk := &fakeClock{now: t0}
+	clk := newFakeClock(t0)
 	f := newFixtureOn(t, st, clk)
 	id := f.schedule(t, "s", "r0", item(iso(t0.Add(time.Hour)), "x"))
 	clk.Add(time.Hour)

@@ -301,7 +301,7 @@ func (e *Engine) validateItem(i int, it itemArg, now time.Time) (newTask, *toolE
 		return nt, badInput("items[%d].arguments: %v", i, err)
 	}
 	nt.arguments = args
-	repeat, rec, err := parseRepeat(it.Repeat)
+	repeat, rec, err := parseRepeat(it.Repeat, now)
 	if err != nil {
 		return nt, badInput("items[%d]: %v", i, err)
 	}
@@ -550,7 +550,7 @@ func (e *Engine) update(ctx context.Context, sessionID, requestID, taskID string
 		due = d
 	}
 	repeatSet := strings.TrimSpace(it.Repeat) != ""
-	repeat, _, err := parseRepeat(it.Repeat)
+	repeat, _, err := parseRepeat(it.Repeat, now)
 	if err != nil {
 		return nil, badInput("items[0]: %v", err)
 	}

@@ -384,8 +384,8 @@ func FuzzExecute(f *testing.F) {
 		f.Add(s)
 	}
 	st := newFuzzStore(f)
-	clk := &fakeClock{now: t0}
-	e, err := New(Config{Store: st, Now: clk.Now})
+	clk := newFakeClock(t0)
+	e, err := New(Config{Store: st, Clock: clk})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func TestHeadersStopAllResumedFromAnotherGoroutine(t *testing.T) {
 		_, body := post(t, e.url+"/p", "hello body")
 		result <- body
 	}()
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // real time: the proxy has no injected clock; a leaked request would reach upstream by now
 	if n := up.hits.Load(); n != 0 {
 		t.Fatalf("upstream hit %d times while the filter held the headers", n)
 	}
@@ -148,7 +148,7 @@ func TestDataStopAndBufferSeesWholeBodyAndReplacesIt(t *testing.T) {
 	go func() {
 		for i := 0; i < 4; i++ {
 			pw.Write(bytes.Repeat([]byte{'a' + byte(i)}, 1000))
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(30 * time.Millisecond) // real pacing: separate chunks reach the filter as separate calls
 		}
 		pw.Close()
 	}()
@@ -199,7 +199,7 @@ func TestRequestOverBufferLimitIs413ThroughEncoders(t *testing.T) {
 			if _, err := pw.Write(bytes.Repeat([]byte("x"), 512)); err != nil {
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // real pacing: separate chunks reach the filter as separate calls
 		}
 		pw.Close()
 	}()
@@ -255,7 +255,7 @@ func TestResponseOverLimitAfterHeadersSentResets(t *testing.T) {
 		for i := 0; i < 8; i++ {
 			w.Write(bytes.Repeat([]byte("r"), 512))
 			w.(http.Flusher).Flush()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // real pacing: the limit trips after headers went out
 		}
 	})
 	e := start(t, setup{bufferLimit: 1024, upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
@@ -683,7 +683,7 @@ func TestWorkersRoundRobinPerConnection(t *testing.T) {
 func TestHTTPCaller(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
 		if r.URL.Path == "/slow" {
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // real time under test: an upstream slower than the call's timeout
 		}
 		w.Header().Set("X-Echo", r.Header.Get("X-In"))
 		w.WriteHeader(201)
@@ -754,7 +754,7 @@ func TestBufferEditedAfterPauseIsForwarded(t *testing.T) {
 				// Like an http_call response doing proxy_set_buffer_bytes
 				// later, then resuming.
 				go func() {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // real delay: the continue arrives after the filter call returned
 					b.Bytes = []byte("edited later")
 					f.cb.ContinueDecoding()
 				}()

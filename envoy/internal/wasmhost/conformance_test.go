@@ -203,7 +203,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll: the condition changes on the VM's goroutine; no clock to drive
 	}
 }
 
@@ -305,7 +305,7 @@ func TestTick(t *testing.T) {
 	h.logs.wait(t, "tick_off 0")
 	h.logs.expect(t, "tick 1 1")
 	h.logs.expect(t, "tick 1 3")
-	time.Sleep(40 * time.Millisecond)
+	time.Sleep(40 * time.Millisecond) // real time under test: 8 periods of the wasm tick timer, which must stay off
 	if n := h.logs.count("tick 1 "); n != 3 {
 		t.Errorf("%d ticks after set_tick_period_milliseconds(0), want 3", n)
 	}

@@ -117,7 +117,7 @@ func (s *logSink) wait(t *testing.T, prefix string) string {
 		if l, ok := s.find(prefix); ok {
 			return l
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll: the guest logs from the VM's goroutine; no clock to drive
 	}
 	t.Fatalf("no log line %q; got:\n%s", prefix, strings.Join(s.lines(), "\n"))
 	return ""

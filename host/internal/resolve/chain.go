@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/chimehq/chime/llm"
 )
@@ -73,7 +72,7 @@ func (c *chain) run() string {
 				return ReasonMaxHops
 			}
 			// SPEC §7: used+1 is on disk before the followup leaves.
-			text, ok, err := cfg.Stop.Consume(c.req.SessionID, cfg.Now())
+			text, ok, err := cfg.Stop.Consume(c.req.SessionID, cfg.Clock.Now())
 			if err != nil {
 				c.r.log.Warn("stopMessage: persisting use failed; no followup", "request", c.req.RequestID, "err", err)
 				return ReasonError
@@ -108,7 +107,7 @@ func (c *chain) hold() (reason string, held bool) {
 	if !ok {
 		return ReasonDone, false
 	}
-	wait := due.Sub(cfg.Now())
+	wait := due.Sub(cfg.Clock.Now())
 	if wait > cfg.HoldMax {
 		return ReasonDone, false
 	}
@@ -117,16 +116,16 @@ func (c *chain) hold() (reason string, held bool) {
 	}
 	if wait > 0 {
 		c.r.log.Debug("holding for a due task", "request", c.req.RequestID, "wait", wait)
-		t := time.NewTimer(wait)
+		t := cfg.Clock.NewTimer(wait) // monotonic: an NTP step does not move it
 		select {
 		case <-c.ctx.Done():
 			t.Stop()
 			cfg.Observer.Hold(HoldCancelled)
 			return c.stopped(), true
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
-	text, err := cfg.Reminders.Reserve(c.ctx, c.req.SessionID, id, cfg.Now())
+	text, err := cfg.Reminders.Reserve(c.ctx, c.req.SessionID, id, cfg.Clock.Now())
 	if err != nil {
 		c.r.log.Warn("hold: reserving reminders failed", "request", c.req.RequestID, "err", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -107,8 +108,9 @@ type Config struct {
 	Stop      StopMessages
 	Reminders Reminders
 	Observer  Observer
-	// Now is host time with the NTP offset; default time.Now.
-	Now func() time.Time
+	// Clock is host time with the NTP offset (ntp.Tracker.Clock); holds and
+	// the MaxDuration guard wait on it. Default the real clock.
+	Clock timesource.Clock
 	// Location resolves the request's IANA zone for tool calls; nil = none.
 	Location func(name string) *time.Location
 	// HoldMax is holdMaxMs (SPEC §8).
@@ -150,9 +152,7 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.Token == "" || cfg.Tools == nil || cfg.Stop == nil || cfg.Reminders == nil {
 		return nil, errors.New("resolve: Config needs Token, Tools, Stop and Reminders")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = timesource.OrReal(cfg.Clock)
 	if cfg.Location == nil {
 		cfg.Location = func(string) *time.Location { return nil }
 	}
@@ -253,8 +253,9 @@ func (r *Resolver) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.Res
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ctx, stop := context.WithTimeoutCause(ctx, r.cfg.MaxDuration, errMaxDuration)
-	defer stop()
+	// SPEC §7: at most MaxDuration per chain, timed on the injected clock.
+	guard := r.cfg.Clock.AfterFunc(r.cfg.MaxDuration, func() { cancel(errMaxDuration) })
+	defer guard.Stop()
 	h := &handle{cancel: cancel}
 	if !r.register(req.RequestID, h) {
 		r.cfg.Observer.Chain(ReasonCancelled)
@@ -288,7 +289,7 @@ func (r *Resolver) Cancel(requestID string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.cfg.Clock.Now()
 	r.pruneLocked(now)
 	r.cancelled[requestID] = now.Add(r.cfg.CancelMemory)
 	for _, h := range r.active[requestID] {
@@ -327,7 +328,7 @@ func (r *Resolver) pruneLocked(now time.Time) {
 func (r *Resolver) register(id string, h *handle) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if until, ok := r.cancelled[id]; ok && time.Now().Before(until) {
+	if until, ok := r.cancelled[id]; ok && r.cfg.Clock.Now().Before(until) {
 		return false
 	}
 	r.active[id] = append(r.active[id], h)

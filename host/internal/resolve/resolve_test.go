@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chimehq/chime/llm"
 )
 
@@ -36,6 +38,7 @@ func (noReminders) Commit(context.Context, string) (int, error)   { return 0, ni
 func (noReminders) Rollback(context.Context, string) (int, error) { return 0, nil }
 
 func TestNewNeedsDependencies(t *testing.T) {
+	t.Parallel()
 	if _, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}}); err == nil {
 		t.Fatal("New without Reminders succeeded")
 	}
@@ -46,12 +49,14 @@ func TestNewNeedsDependencies(t *testing.T) {
 
 // A cancelled id is remembered for CancelMemory, then forgotten.
 func TestCancelMemoryExpires(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(llm.RenderJSON(llm.Chat, &llm.Turn{Text: "ok"}))
 	}))
 	defer srv.Close()
 	tools := &fakeTools{}
-	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: 50 * time.Millisecond})
+	clk := clockwork.NewFakeClock()
+	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, Clock: clk, CancelMemory: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +69,11 @@ func TestCancelMemoryExpires(t *testing.T) {
 	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonCancelled || tools.calls.Load() != 0 {
 		t.Fatalf("resolve right after cancel: %+v, %d tool calls", resp, tools.calls.Load())
 	}
-	time.Sleep(80 * time.Millisecond)
+	clk.Advance(50*time.Millisecond - time.Nanosecond)
+	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonCancelled || tools.calls.Load() != 0 {
+		t.Fatalf("resolve just before the memory expired: %+v", resp)
+	}
+	clk.Advance(time.Nanosecond)
 	if resp, _ := r.Resolve(context.Background(), req); resp.Reason != ReasonDone || resp.Hops != 1 || tools.calls.Load() != 1 {
 		t.Fatalf("resolve after the memory expired: %+v", resp)
 	}
@@ -74,6 +83,7 @@ func TestCancelMemoryExpires(t *testing.T) {
 }
 
 func TestCancelMemoryBounded(t *testing.T) {
+	t.Parallel()
 	r, _ := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: time.Hour})
 	for i := range maxRemembered + 5000 {
 		r.Cancel(string(rune('a'+i%26)) + time.Duration(i).String())
@@ -84,6 +94,7 @@ func TestCancelMemoryBounded(t *testing.T) {
 }
 
 func TestCopyHeaders(t *testing.T) {
+	t.Parallel()
 	h := http.Header{}
 	copyHeaders(h, map[string]string{
 		"Authorization": "Bearer k", "anthropic-version": "2023-06-01", "Connection": "close, X-Secret-Hop",
@@ -97,6 +108,7 @@ func TestCopyHeaders(t *testing.T) {
 }
 
 func TestFold(t *testing.T) {
+	t.Parallel()
 	st := []string{"clock"}
 	turns := []*llm.Turn{
 		{ID: "a", Model: "m", Text: "one", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock"}}, Usage: llm.Usage{InputTokens: 1, OutputTokens: 2}},
@@ -116,6 +128,7 @@ func TestFold(t *testing.T) {
 }
 
 func TestPairKeyIgnoresIDsAndUsage(t *testing.T) {
+	t.Parallel()
 	a := &llm.Turn{ID: "x", Text: "t", ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 1}}
 	b := &llm.Turn{ID: "y", Text: "t", ToolCalls: []llm.ToolCall{{ID: "2", Name: "clock", Arguments: "{}"}}, Usage: llm.Usage{InputTokens: 9}}
 	res := []llm.ToolResult{{CallID: "1", Name: "clock", Output: "{}"}}

@@ -20,6 +20,7 @@ func open(t *testing.T) *storage.Store {
 }
 
 func TestFlushCreatesAndAdvances(t *testing.T) {
+	t.Parallel()
 	st := open(t)
 	if err := st.Update(func(tx *storage.Tx) error {
 		return tx.PutSession(storage.Session{ID: "old", CreatedAt: 10, LastSeenAt: 500, Route: "r"})
@@ -56,6 +57,7 @@ func TestFlushCreatesAndAdvances(t *testing.T) {
 }
 
 func TestFlushFailureKeepsTouches(t *testing.T) {
+	t.Parallel()
 	st := open(t)
 	b := New(st, slog.New(slog.DiscardHandler))
 	b.Touch("s", 5)
@@ -69,6 +71,7 @@ func TestFlushFailureKeepsTouches(t *testing.T) {
 }
 
 func TestRunFlushesOnTickFullAndStop(t *testing.T) {
+	t.Parallel()
 	st := open(t)
 	b := New(st, slog.New(slog.DiscardHandler))
 	tick := make(chan time.Time)
