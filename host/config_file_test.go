@@ -2,14 +2,13 @@ package host
 
 import (
 	"context"
-	"log/slog"
+	"github.com/jonboulle/clockwork"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -214,9 +213,9 @@ func TestConfigWarnings(t *testing.T) {
 
 // fileFixture opens a Service configured by a host config file with text,
 // through the real loader. The test sets only what must be private to it:
-// the data directory, the token, the wall clock (nil: the real one), and
-// NTP off (no network).
-func fileFixture(t *testing.T, text string, clk *fakeClock, logger *slog.Logger) *fixture {
+// the data directory, the token, a fake clock at t0, and NTP off (no
+// network).
+func fileFixture(t *testing.T, text string) *fixture {
 	t.Helper()
 	cfg, err := ReadConfigFile(writeConfigFile(t, text))
 	if err != nil {
@@ -224,14 +223,9 @@ func fileFixture(t *testing.T, text string, clk *fakeClock, logger *slog.Logger)
 	}
 	dir := t.TempDir()
 	cfg.DataDir, cfg.Token, cfg.NTP = dir, testToken, ntp.Config{}
-	cfg.WallClock = time.Now
-	if clk != nil {
-		cfg.WallClock = clk.Now
-	}
-	if logger == nil {
-		logger = quietLogger()
-	}
-	svc, err := New(cfg, logger)
+	clk := clockwork.NewFakeClockAt(t0)
+	cfg.Clock = clk
+	svc, err := New(cfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +237,7 @@ func fileFixture(t *testing.T, text string, clk *fakeClock, logger *slog.Logger)
 // the default 60 s does not.
 func TestConfigFileDueWindow(t *testing.T) {
 	for text, injected := range map[string]bool{"": false, "clock:\n  dueWindow: 5m\n": true} {
-		f := fileFixture(t, text, &fakeClock{now: t0}, nil)
+		f := fileFixture(t, text)
 		f.schedule(t, "s", "stretch", t0.Add(2*time.Minute))
 		ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: "s"})
 		if got := ans.Reminders == reminderFor("stretch") && ans.Reserved; got != injected {
@@ -256,10 +250,9 @@ func TestConfigFileDueWindow(t *testing.T) {
 // overdue; with the default 20 min it has expired.
 func TestConfigFileRetention(t *testing.T) {
 	for text, injected := range map[string]bool{"": false, "clock:\n  retention: 1h\n": true} {
-		clk := &fakeClock{now: t0}
-		f := fileFixture(t, text, clk, nil)
+		f := fileFixture(t, text)
 		f.schedule(t, "s", "call back", t0.Add(time.Minute))
-		clk.Set(t0.Add(31 * time.Minute))
+		f.clk.Advance(31 * time.Minute)
 		ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: "s"})
 		if got := ans.Reminders == reminderFor("call back"); got != injected {
 			t.Errorf("%q: injected %v, want %v (%+v)", text, got, injected, ans)
@@ -267,91 +260,64 @@ func TestConfigFileRetention(t *testing.T) {
 	}
 }
 
-// signalLog closes seen when the host logs msg.
-type signalLog struct {
-	msg  string
-	once sync.Once
-	seen chan struct{}
-}
-
-func (h *signalLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *signalLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *signalLog) WithGroup(string) slog.Handler            { return h }
-func (h *signalLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == h.msg {
-		h.once.Do(func() { close(h.seen) })
-	}
-	return nil
-}
-
 // TestConfigFileHoldMax: with holds.max 2m a stop waits for a task due in
-// 90 s (the test cancels the hold once it runs); with the default 60 s the
-// chain ends at once. dueWindow is 1ms so that the task comes due at its
-// dueAt (with the default window it would come due 60 s earlier).
+// 90 s and follows up when it is due; with the default 60 s the chain ends
+// at once. dueWindow is 1ms so that the task comes due at its dueAt (with
+// the default window it would come due 60 s earlier).
 func TestConfigFileHoldMax(t *testing.T) {
 	stop := &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}
-	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, stop })
+	answer := &llm.Turn{Text: "deployed", Finish: llm.Finish{Reason: llm.FinishStop}}
+	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, answer })
 
-	f := fileFixture(t, "clock: {dueWindow: 1ms}\n", nil, nil)
-	f.scheduleMs(t, "s", "deploy", time.Now().Add(90*time.Second))
+	f := fileFixture(t, "clock: {dueWindow: 1ms}\n")
+	f.scheduleMs(t, "s", "deploy", t0.Add(90*time.Second))
 	if resp := f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", "s", stop)); resp.Continued || resp.Reason != "done" {
 		t.Fatalf("default holds.max: %+v", resp)
 	}
-	if m := scrape(t, f); m[`chime_holds_total{outcome="cancelled"}`] != 0 {
-		t.Fatalf("default holds.max held: %v", m)
-	}
 
-	sig := &signalLog{msg: "holding for a due task", seen: make(chan struct{})}
-	f = fileFixture(t, "clock: {dueWindow: 1ms}\nholds:\n  max: 2m\n", nil, slog.New(sig))
-	f.scheduleMs(t, "s", "deploy", time.Now().Add(90*time.Second))
-	done := make(chan llm.ResolveResponse, 1)
-	go func() { done <- f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", "s", stop)) }()
-	select {
-	case <-sig.seen:
-	case resp := <-done:
-		t.Fatalf("holds.max 2m did not hold: %+v", resp)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no hold after 30 s")
-	}
-	if rec := f.do(t, http.MethodPost, llm.PathCancel, testToken, llm.OutcomeRequest{RequestID: "req-1"}); rec.Code != http.StatusNoContent {
-		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
-	}
-	if resp := <-done; resp.Reason != "cancelled" || resp.Continued {
-		t.Fatalf("held resolve after cancel: %+v", resp)
-	}
-	if m := scrape(t, f); m[`chime_holds_total{outcome="cancelled"}`] != 1 {
-		t.Fatalf("hold metrics: %v", m)
-	}
+	f = fileFixture(t, "clock: {dueWindow: 1ms}\nholds:\n  max: 2m\n")
+	f.scheduleMs(t, "s", "deploy", t0.Add(90*time.Second))
+	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", "s", stop))
+	f.blockUntil(t, holding)
+	f.clk.Advance(90*time.Second - time.Millisecond)
 	if n := len(proxy.followups()); n != 0 {
-		t.Fatalf("%d followups", n)
+		t.Fatalf("%d followups before the task was due", n)
+	}
+	f.clk.Advance(time.Millisecond)
+	if resp := recv(t, done); !resp.Continued || resp.Hops != 1 || resp.Continuation.Text != "deployed" {
+		t.Fatalf("holds.max 2m: %+v", resp)
 	}
 }
 
 // TestConfigFileHoldNonStreaming: holds.nonStreaming false holds an SSE
-// client but not a JSON one; by default the JSON client is held too. The
-// holds wait for real (about 300 ms): the wait is what is tested.
+// client but not a JSON one; by default the JSON client is held too.
 func TestConfigFileHoldNonStreaming(t *testing.T) {
 	answer := &llm.Turn{Text: "done it", Finish: llm.Finish{Reason: llm.FinishStop}}
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, answer })
 	stop := &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}
-	resolve := func(f *fixture, id string, streaming bool) llm.ResolveResponse {
+	held := func(f *fixture, id string, streaming bool) llm.ResolveResponse {
 		req := resolveReq(llm.Chat, proxy, id, "s", stop)
 		req.Streaming = streaming
-		return f.resolve(t, req)
+		done := f.resolveAsync(t, req)
+		f.blockUntil(t, holding)
+		f.clk.Advance(time.Second)
+		return recv(t, done)
 	}
 
-	f := fileFixture(t, "clock: {dueWindow: 1ms}\nholds:\n  nonStreaming: false\n", nil, nil)
-	f.scheduleMs(t, "s", "check the build", time.Now().Add(300*time.Millisecond))
-	if resp := resolve(f, "req-json", false); resp.Continued || resp.Reason != "done" {
+	f := fileFixture(t, "clock: {dueWindow: 1ms}\nholds:\n  nonStreaming: false\n")
+	f.scheduleMs(t, "s", "check the build", t0.Add(time.Second))
+	req := resolveReq(llm.Chat, proxy, "req-json", "s", stop)
+	req.Streaming = false
+	if resp := f.resolve(t, req); resp.Continued || resp.Reason != "done" {
 		t.Fatalf("JSON client held with nonStreaming false: %+v", resp)
 	}
-	if resp := resolve(f, "req-sse", true); !resp.Continued || resp.Hops != 1 {
+	if resp := held(f, "req-sse", true); !resp.Continued || resp.Hops != 1 {
 		t.Fatalf("SSE client not held: %+v", resp)
 	}
 
-	f = fileFixture(t, "clock: {dueWindow: 1ms}\n", nil, nil)
-	f.scheduleMs(t, "s", "check the build", time.Now().Add(300*time.Millisecond))
-	if resp := resolve(f, "req-json", false); !resp.Continued || resp.Hops != 1 {
+	f = fileFixture(t, "clock: {dueWindow: 1ms}\n")
+	f.scheduleMs(t, "s", "check the build", t0.Add(time.Second))
+	if resp := held(f, "req-json", false); !resp.Continued || resp.Hops != 1 {
 		t.Fatalf("JSON client not held by default: %+v", resp)
 	}
 }

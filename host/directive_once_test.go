@@ -1,6 +1,8 @@
 package host
 
 import (
+	"github.com/jonboulle/clockwork"
+
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 // (SPEC §4 applied once).
 func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 	dir := t.TempDir()
-	clk := &fakeClock{now: t0}
+	clk := clockwork.NewFakeClockAt(t0)
 	f := openFixture(t, dir, clk)
 	const sid = "sess-once"
 	clockAt := func(pos int) llm.HostDirective {
