@@ -331,7 +331,9 @@ func FuzzSplice(f *testing.F) {
 			want.Usage = Usage{} // no usage chunk was asked for
 		}
 		assertSameTurn(t, got, want)
-		if thinking && !thinkingSeen(p, out) {
+		// The filter's own rule always forwards a leading thinking item; an
+		// arbitrary cut may withhold it, and withheld ones are dropped.
+		if thinking && limit == 1<<30 && !thinkingSeen(p, out) {
 			t.Errorf("the thinking item is missing:\n%s", out)
 		}
 		if t.Failed() {

@@ -34,6 +34,10 @@ func filterSplice(t testing.TB, p Protocol, original []byte, limit int, server [
 	withheld := Turn{ToolCalls: b.Turn().ToolCalls[seen:]}
 	rest := *cont
 	rest.ToolCalls = append(withheld.ClientCalls(server), cont.ToolCalls...)
+	// The filter's finishFor: calls the client saw make a stop tool_calls.
+	if seen+len(rest.ToolCalls) > 0 && (rest.Finish.Reason == FinishNone || rest.Finish.Reason == FinishStop) {
+		rest.Finish = Finish{Reason: FinishToolCalls}
+	}
 	return append(out, sp.Continue(&rest, RenderOptions{ChunkBytes: 4})...)
 }
 
@@ -122,6 +126,9 @@ func TestSpliceSamples(t *testing.T) {
 		want := Merge(orig, cont)
 		// A client call withheld with the server call is given back.
 		want.ToolCalls = append(orig.ClientCalls(server), cont.ToolCalls...)
+		if len(want.ToolCalls) > 0 {
+			want.Finish = Finish{Reason: FinishToolCalls}
+		}
 		assertSameTurn(t, got, want)
 	}
 }
