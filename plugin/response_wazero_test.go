@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chimehq/chime/internal/ssecheck"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -28,14 +29,15 @@ func TestModuleSplicesServerToolCallUnderWazero(t *testing.T) {
 		Usage: llm.Usage{InputTokens: 60, OutputTokens: 6}}
 	upstream := llm.RenderSSE(llm.Messages, orig, llm.RenderOptions{ChunkBytes: 6, Created: 1})
 	// early is what may reach the client before the upstream ends: every
-	// event before the clock call starts.
+	// event before the text block closes (the continuation goes into it)
+	// or the clock call starts.
 	var early []byte
 	evs, err := llm.NewStreamReader(llm.Messages).Feed(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range evs {
-		if ev.StartsToolCall([]string{"clock"}) {
+		if ev.StartsToolCall([]string{"clock"}) || ev.MustHold() {
 			break
 		}
 		early = append(early, ev.Raw...)
@@ -105,6 +107,9 @@ func TestModuleSplicesServerToolCallUnderWazero(t *testing.T) {
 	out := h.respSent[2]
 	if bytes.Contains(out, []byte("clock")) || bytes.Contains(out, []byte("toolu_srv")) || !bytes.HasPrefix(out, early) {
 		t.Fatalf("client stream:\n%s", out)
+	}
+	if _, err := ssecheck.Check("messages", out); err != nil {
+		t.Fatalf("client stream: %v\n%s", err, out)
 	}
 	rd := llm.NewStreamReader(llm.Messages)
 	evs, err = rd.Feed(out)
