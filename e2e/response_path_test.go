@@ -12,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chimehq/chime/internal/ssecheck"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -58,6 +60,9 @@ func parseClient(t testing.TB, pc protoCase, m mode, out []byte) *llm.Turn {
 	require.NoError(t, err)
 	rest, err := r.Close()
 	require.NoError(t, err, "client SSE must be complete: %s", out)
+	// One answer, as agent CLIs read it (SPEC §1), by an independent parser.
+	_, err = ssecheck.Check(p.String(), out)
+	require.NoError(t, err, "client SSE: %s", out)
 	var b llm.TurnBuilder
 	starts, terminals := 0, 0
 	for _, ev := range append(evs, rest...) {
@@ -247,4 +252,97 @@ func TestLoopGuardStopsAt8Hops(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 	})
+}
+
+// The issue-8 scenarios: the first turn says "part one.", then chime
+// continues and the provider says "part two.". The client must get the
+// whole reply in one text block or message item (agent CLIs show only the
+// last one), the same in JSON and SSE.
+const (
+	partOne   = "part one."
+	partTwo   = "part two."
+	wholeText = partOne + "\n\n" + partTwo // llm.Merge's separator
+)
+
+type continuation struct {
+	name string
+	// setup scripts the provider (and, for a hold, schedules the task) for
+	// session and returns the user's message.
+	setup func(t testing.TB, d *demo, session string) string
+}
+
+var continuations = []continuation{
+	{"stopMessage", func(t testing.TB, d *demo, _ string) string {
+		d.script(t, map[string]any{"text": partOne, "finish": "stop"}, map[string]any{"text": partTwo, "finish": "stop"})
+		return `<**stopMessage:"go on",1**>hi`
+	}},
+	{"clock", func(t testing.TB, d *demo, _ string) string {
+		d.script(t,
+			map[string]any{"text": partOne, "finish": "tool_calls", "toolCalls": []any{clockCall(map[string]any{"action": "get", "items": []any{}, "taskId": ""})}},
+			map[string]any{"text": partTwo, "finish": "stop"})
+		return "what time is it?"
+	}},
+	{"hold", func(t testing.TB, d *demo, session string) string {
+		// Due in about 2 s: just outside the 60 s due window, so this
+		// request holds for it rather than getting it injected at once.
+		res := d.clock(t, session, map[string]any{"action": "schedule", "items": []any{map[string]any{
+			"dueAt": time.Now().Add(62 * time.Second).Format(time.RFC3339), "task": "stretch " + session, "tool": "", "arguments": "", "repeat": "", "maxRuns": 0}}})
+		require.Equal(t, true, res["ok"], "%v", res)
+		d.script(t, map[string]any{"text": partOne, "finish": "stop"}, map[string]any{"text": partTwo, "finish": "stop"})
+		return "wait for my reminder"
+	}},
+}
+
+// jsonTextBlocks counts the text blocks (Messages) or message items and
+// their parts (Responses) of a JSON body; Chat has one content string.
+func jsonTextBlocks(t testing.TB, p llm.Protocol, body []byte) int {
+	t.Helper()
+	n := 0
+	switch p {
+	case llm.Messages:
+		for _, b := range gjson.GetBytes(body, "content").Array() {
+			if b.Get("type").String() == "text" {
+				n++
+			}
+		}
+	case llm.Responses:
+		for _, it := range gjson.GetBytes(body, "output").Array() {
+			if it.Get("type").String() == "message" {
+				n += len(it.Get("content").Array())
+			}
+		}
+	default:
+		n = 1
+	}
+	return n
+}
+
+// TestContinuationIsOneTextBlock: stopMessage, a clock interception and a
+// hold, per protocol, streamed and not: one text block with the whole
+// reply, and two provider requests behind it.
+func TestContinuationIsOneTextBlock(t *testing.T) {
+	d := newDemo(t)
+	d.up(t)
+	for _, c := range continuations {
+		for _, pc := range protoCases {
+			texts := map[string]string{}
+			for _, m := range modes {
+				t.Run(c.name+"/"+pc.name+"/"+m.name, func(t *testing.T) {
+					session := "one-" + c.name + "-" + pc.name + "-" + m.name
+					deleteMockRequests(t, d)
+					turn, raw := clientTurn(t, d, pc, m, session, c.setup(t, d, session))
+					require.Len(t, d.mockRequests(t), 2, "the original and one followup")
+					noServerCalls(t, turn, raw)
+					assert.Equal(t, wholeText, turn.Text, raw)
+					assert.Empty(t, turn.ToolCalls)
+					assert.Equal(t, llm.FinishStop, turn.Finish.Reason)
+					if !m.stream {
+						assert.Equal(t, 1, jsonTextBlocks(t, protocolOf(pc), []byte(raw)), "one text block: %s", raw)
+					}
+					texts[m.name] = turn.Text
+				})
+			}
+			assert.Equal(t, texts["json"], texts["sse"], "%s/%s: JSON and SSE clients get the same text", c.name, pc.name)
+		}
+	}
 }

@@ -13,94 +13,117 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The official SDKs' streaming clients against `chime up`: each spliced
-// stream (a hidden clock call, then the continuation) accumulates without
-// error into the merged turn.
-
-const (
-	sdkFirst  = "Let me check the time."
-	sdkSecond = "It is time to ship."
-	// llm.Merge joins the two turns' text with a blank line.
-	sdkMerged = sdkFirst + "\n\n" + sdkSecond
-)
-
-func scriptHiddenClock(t *testing.T, d *demo) {
-	d.script(t,
-		map[string]any{"text": sdkFirst, "finish": "tool_calls", "toolCalls": []any{clockCall(map[string]any{"action": "get", "items": []any{}, "taskId": ""})}},
-		map[string]any{"text": sdkSecond, "finish": "stop"},
-	)
-}
-
+// The official SDKs' streaming clients against `chime up`: for a stopMessage
+// continuation, a hidden clock call and a hold, each spliced stream
+// accumulates without error into one assistant message whose single text
+// block or message output item holds the whole reply (SPEC §1 response
+// path, SSE), never a server-tool call.
 func TestSDKClientsAccumulateSplicedStreams(t *testing.T) {
 	d := newDemo(t)
 	d.up(t)
 	ctx := context.Background()
 
-	t.Run("openai-chat", func(t *testing.T) {
-		scriptHiddenClock(t, d)
-		client := openai.NewClient(option.WithBaseURL(d.proxyURL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0),
-			option.WithHeader("x-chime-session", "sdk-chat"))
-		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-			Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("what time is it?")}})
-		var acc openai.ChatCompletionAccumulator
-		for stream.Next() {
-			require.True(t, acc.AddChunk(stream.Current()), "chunk rejected: %s", stream.Current().RawJSON())
-		}
-		require.NoError(t, stream.Err())
-		require.Len(t, acc.Choices, 1)
-		assert.Equal(t, sdkMerged, acc.Choices[0].Message.Content)
-		assert.Empty(t, acc.Choices[0].Message.ToolCalls, "no server-tool call reaches the client")
-		assert.Equal(t, "stop", acc.Choices[0].FinishReason)
-	})
-
-	t.Run("openai-responses", func(t *testing.T) {
-		scriptHiddenClock(t, d)
-		client := openai.NewClient(option.WithBaseURL(d.proxyURL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0),
-			option.WithHeader("x-chime-session", "sdk-responses"))
-		stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m",
-			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("what time is it?")}})
-		var final *responses.Response
-		starts := 0
-		for stream.Next() {
-			ev := stream.Current()
-			switch ev.Type {
-			case "response.created":
-				starts++
-			case "response.function_call_arguments.delta", "response.function_call_arguments.done":
-				t.Errorf("server-tool call event reached the client: %s", ev.RawJSON())
-			case "response.completed":
-				r := ev.AsResponseCompleted().Response
-				final = &r
+	for _, c := range continuations {
+		t.Run(c.name+"/openai-chat", func(t *testing.T) {
+			session := "sdk-chat-" + c.name
+			deleteMockRequests(t, d)
+			prompt := c.setup(t, d, session)
+			client := openai.NewClient(option.WithBaseURL(d.proxyURL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0),
+				option.WithHeader("x-chime-session", session))
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+				Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+			var acc openai.ChatCompletionAccumulator
+			for stream.Next() {
+				require.True(t, acc.AddChunk(stream.Current()), "chunk rejected: %s", stream.Current().RawJSON())
 			}
-		}
-		require.NoError(t, stream.Err())
-		assert.Equal(t, 1, starts)
-		require.NotNil(t, final, "response.completed")
-		assert.Equal(t, sdkMerged, final.OutputText())
-		for _, item := range final.Output {
-			assert.NotEqual(t, "function_call", item.Type)
-		}
-	})
+			require.NoError(t, stream.Err())
+			require.Len(t, d.mockRequests(t), 2, "the original and one followup")
+			require.Len(t, acc.Choices, 1)
+			assert.Equal(t, wholeText, acc.Choices[0].Message.Content)
+			assert.Empty(t, acc.Choices[0].Message.ToolCalls, "no server-tool call reaches the client")
+			assert.Equal(t, "stop", acc.Choices[0].FinishReason)
+		})
 
-	t.Run("anthropic-messages", func(t *testing.T) {
-		scriptHiddenClock(t, d)
-		client := anthropic.NewClient(anthropicoption.WithBaseURL(d.proxyURL), anthropicoption.WithAPIKey("k"),
-			anthropicoption.WithMaxRetries(0), anthropicoption.WithHeader("x-chime-session", "sdk-messages"))
-		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m", MaxTokens: 256,
-			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("what time is it?"))}})
-		var msg anthropic.Message
-		for stream.Next() {
-			require.NoError(t, msg.Accumulate(stream.Current()))
-		}
-		require.NoError(t, stream.Err())
-		var text string
-		for _, b := range msg.Content {
-			assert.NotEqual(t, "tool_use", b.Type, "no server-tool call reaches the client")
-			if b.Type == "text" {
-				text += b.Text
+		t.Run(c.name+"/openai-responses", func(t *testing.T) {
+			session := "sdk-responses-" + c.name
+			deleteMockRequests(t, d)
+			prompt := c.setup(t, d, session)
+			client := openai.NewClient(option.WithBaseURL(d.proxyURL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0),
+				option.WithHeader("x-chime-session", session))
+			stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m",
+				Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(prompt)}})
+			var final *responses.Response
+			var doneTexts []string
+			starts, messages := 0, 0
+			for stream.Next() {
+				ev := stream.Current()
+				switch ev.Type {
+				case "response.created":
+					starts++
+				case "response.output_item.added":
+					if ev.Item.Type == "message" {
+						messages++
+					}
+				case "response.function_call_arguments.delta", "response.function_call_arguments.done":
+					t.Errorf("server-tool call event reached the client: %s", ev.RawJSON())
+				case "response.output_text.done":
+					doneTexts = append(doneTexts, ev.AsResponseOutputTextDone().Text)
+				case "response.content_part.done":
+					doneTexts = append(doneTexts, ev.AsResponseContentPartDone().Part.Text)
+				case "response.output_item.done":
+					if item := ev.AsResponseOutputItemDone().Item; item.Type == "message" {
+						for _, part := range item.Content {
+							doneTexts = append(doneTexts, part.Text)
+						}
+					}
+				case "response.completed":
+					r := ev.AsResponseCompleted().Response
+					final = &r
+				}
 			}
-		}
-		assert.Equal(t, sdkMerged, text)
-		assert.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason)
-	})
+			require.NoError(t, stream.Err())
+			require.Len(t, d.mockRequests(t), 2, "the original and one followup")
+			assert.Equal(t, 1, starts)
+			assert.Equal(t, 1, messages, "one message output item")
+			assert.Equal(t, []string{wholeText, wholeText, wholeText}, doneTexts,
+				"output_text.done, content_part.done and output_item.done carry the whole text")
+			require.NotNil(t, final, "response.completed")
+			var parts []string
+			for _, item := range final.Output {
+				assert.NotEqual(t, "function_call", item.Type)
+				if item.Type == "message" {
+					for _, part := range item.Content {
+						parts = append(parts, part.Text)
+					}
+				}
+			}
+			assert.Equal(t, []string{wholeText}, parts, "response.completed holds one message with the whole text")
+		})
+
+		t.Run(c.name+"/anthropic-messages", func(t *testing.T) {
+			session := "sdk-messages-" + c.name
+			deleteMockRequests(t, d)
+			prompt := c.setup(t, d, session)
+			client := anthropic.NewClient(anthropicoption.WithBaseURL(d.proxyURL), anthropicoption.WithAPIKey("k"),
+				anthropicoption.WithMaxRetries(0), anthropicoption.WithHeader("x-chime-session", session))
+			stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m", MaxTokens: 256,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))}})
+			var msg anthropic.Message
+			for stream.Next() {
+				require.NoError(t, msg.Accumulate(stream.Current()))
+			}
+			require.NoError(t, stream.Err())
+			require.Len(t, d.mockRequests(t), 2, "the original and one followup")
+			var texts []string
+			for _, b := range msg.Content {
+				assert.NotEqual(t, "tool_use", b.Type, "no server-tool call reaches the client")
+				if b.Type == "text" {
+					texts = append(texts, b.Text)
+				}
+			}
+			assert.Equal(t, []string{wholeText}, texts, "one text block with the whole reply")
+			assert.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason)
+		})
+	}
 }

@@ -169,14 +169,7 @@ func (w *sseWriter) body(text string, calls []ToolCall) {
 			b.kint("index", idx)
 			b.raw(`,"content_block":{"type":"text","text":""}`)
 			w.emit("content_block_start")
-			for _, piece := range chunkText(text, w.chunk) {
-				b := w.event("content_block_delta")
-				b.kint("index", idx)
-				b.raw(`,"delta":{"type":"text_delta","text":`)
-				b.str(piece)
-				b.raw(`}`)
-				w.emit("content_block_delta")
-			}
+			w.messagesTextDeltas(idx, text)
 			w.blockStop(idx)
 		}
 		for _, c := range calls {
@@ -203,6 +196,18 @@ func (w *sseWriter) body(text string, calls []ToolCall) {
 			}
 			w.blockStop(idx)
 		}
+	}
+}
+
+// messagesTextDeltas streams text into the open text block idx.
+func (w *sseWriter) messagesTextDeltas(idx int, text string) {
+	for _, piece := range chunkText(text, w.chunk) {
+		b := w.event("content_block_delta")
+		b.kint("index", idx)
+		b.raw(`,"delta":{"type":"text_delta","text":`)
+		b.str(piece)
+		b.raw(`}`)
+		w.emit("content_block_delta")
 	}
 }
 
@@ -245,12 +250,17 @@ func (w *sseWriter) responsesText(text string) {
 	id := responsesItemID("msg", idx)
 	w.responsesItemEvent("response.output_item.added", idx, responsesMessageItemWithID(id, nil, "in_progress"))
 	w.responsesTextEvent("response.content_part.added", id, idx, 0, "part", "")
-	for _, piece := range chunkText(text, w.chunk) {
-		w.responsesTextEvent("response.output_text.delta", id, idx, 0, "delta", piece)
-	}
+	w.responsesTextDeltas(id, idx, 0, text)
 	w.responsesTextEvent("response.output_text.done", id, idx, 0, "text", text)
 	w.responsesTextEvent("response.content_part.done", id, idx, 0, "part", text)
 	w.finishResponsesMessage(id, idx, []string{text})
+}
+
+// responsesTextDeltas streams text into part of the open message item idx.
+func (w *sseWriter) responsesTextDeltas(id string, idx, part int, text string) {
+	for _, piece := range chunkText(text, w.chunk) {
+		w.responsesTextEvent("response.output_text.delta", id, idx, part, "delta", piece)
+	}
 }
 
 // finishResponsesMessage emits output_item.done for a message item whose

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chimehq/chime/internal/ssecheck"
 )
 
 var allProtocols = []Protocol{Chat, Responses, Messages}
@@ -119,6 +121,10 @@ func checkFraming(t testing.TB, p Protocol, evs []Event) {
 		if evs[0].Type != "message_start" {
 			t.Errorf("first event %s", evs[0].Type)
 		}
+	}
+	// One answer, as agent CLIs read it (SPEC §1), by an independent parser.
+	if _, err := ssecheck.Check(p.String(), joinRaw(evs)); err != nil {
+		t.Errorf("%v\n%s", err, joinRaw(evs))
 	}
 }
 

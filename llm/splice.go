@@ -1,9 +1,11 @@
 package llm
 
 import (
+	"bytes"
 	"slices"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // Splicer continues an SSE stream the filter has partly forwarded (SPEC §1
@@ -12,13 +14,18 @@ import (
 // continuation turn as the rest of the same assistant turn.
 //
 // The filter must withhold everything from the first server-tool call on
-// (Event.StartsToolCall) and every event for which Event.MustHold is true
-// (finish, terminal, Chat's usage-only chunk): those are re-rendered once,
-// for the merged turn. Continue is called once per stream.
-// Text inside withheld events is not lost: Continue re-emits it first. The
-// client then sees the same turn Merge would give for JSON: the original's
-// text, a separator, the continuation's text, its tool calls and finish, and
-// usage summed.
+// (Event.StartsToolCall) and from the first event for which Event.MustHold
+// is true (the close of the text block or message item, finish, terminal,
+// Chat's usage-only chunk): the client then still has the assistant's text
+// block (Messages) or message item (Responses) open, and Continue streams
+// the rest of the text into it as more deltas before closing it once with
+// the whole merged text. The client sees one text block and one message,
+// the same turn Merge gives for JSON: the original's text, a separator, the
+// continuation's text, its tool calls (after the text block) and finish,
+// and usage summed. Text inside withheld events is not lost: it comes first.
+// Non-text items the client already saw (thinking, reasoning) keep their
+// place; withheld ones of the original are dropped. Continue is called once
+// per stream.
 type Splicer struct {
 	p         Protocol
 	id, model string
@@ -31,6 +38,7 @@ type Splicer struct {
 	heldText  []byte
 	lastText  string // the last text fragment of the original, for the separator
 	open      []int  // Messages: blocks started but not stopped
+	textBlock int    // Messages: the open text block, or -1
 	items     []*splicedItem
 }
 
@@ -38,6 +46,7 @@ type Splicer struct {
 type splicedItem struct {
 	index        int
 	id, typ      string
+	added        []byte // the item as output_item.added carried it
 	callID, name string
 	args         []byte
 	parts        []splicedPart // per content index
@@ -53,7 +62,7 @@ type splicedPart struct {
 }
 
 // NewSplicer returns a splicer for protocol p.
-func NewSplicer(p Protocol) *Splicer { return &Splicer{p: p} }
+func NewSplicer(p Protocol) *Splicer { return &Splicer{p: p, textBlock: -1} }
 
 // Add records one event of the original stream, in order. forwarded says
 // whether the filter passed it to the client.
@@ -98,9 +107,15 @@ func (s *Splicer) Add(ev Event, forwarded bool) {
 		case "content_block_start":
 			s.next = max(s.next, ev.Index+1)
 			s.open = append(s.open, ev.Index)
+			if gjson.GetBytes(ev.Data, "content_block.type").String() == "text" {
+				s.textBlock = ev.Index
+			}
 		case "content_block_stop":
 			if i := slices.Index(s.open, ev.Index); i >= 0 {
 				s.open = slices.Delete(s.open, i, i+1)
+			}
+			if ev.Index == s.textBlock {
+				s.textBlock = -1
 			}
 		}
 	case Responses:
@@ -125,6 +140,7 @@ func (s *Splicer) addResponses(ev Event) {
 		item.callID = it.Get("call_id").String()
 		item.name = it.Get("name").String()
 		item.args = append(item.args[:0], it.Get("arguments").String()...)
+		item.added = []byte(it.Raw)
 	case "response.content_part.added":
 		item.part(ev.Data)
 	case "response.output_text.delta":
@@ -169,10 +185,12 @@ func (s *Splicer) item(index int) *splicedItem {
 	return it
 }
 
-// Continue renders cont as the remainder of the stream: open blocks or items
-// closed, withheld text re-emitted, the continuation's text and tool calls at
-// indices after those the client has seen, then one finish and one terminal
-// with usage summed. A start event is emitted only if none was forwarded.
+// Continue renders cont as the remainder of the stream: withheld text and
+// the continuation's text streamed into the open text block or message
+// item (a new one only if none is open), open blocks or items closed with
+// the whole text, the continuation's tool calls at indices after those the
+// client has seen, then one finish and one terminal with usage summed. A
+// start event is emitted only if none was forwarded.
 func (s *Splicer) Continue(cont *Turn, opts RenderOptions) []byte {
 	if cont == nil {
 		cont = &Turn{}
@@ -195,24 +213,31 @@ func (s *Splicer) Continue(cont *Turn, opts RenderOptions) []byte {
 	if !s.started {
 		w.start(total)
 	}
-	s.closeOpen(w)
-
 	sep := ""
 	if len(s.heldText) > 0 || s.lastText != "" {
 		sep = textSeparator(s.lastText, cont.Text)
 	}
 	text := string(s.heldText) + sep + cont.Text
+	if s.closeOpen(w, text) {
+		text = ""
+	}
 	w.body(text, cont.ToolCalls)
 	w.end(cont.effectiveFinish(), total)
 	return w.buf
 }
 
 // closeOpen ends what the client saw begin but not end, so the framing stays
-// valid, and collects Responses items for the final response object.
-func (s *Splicer) closeOpen(w *sseWriter) {
+// valid, and collects Responses items for the final response object. text
+// goes into the open text block or message item first; it reports whether
+// there was one to take it.
+func (s *Splicer) closeOpen(w *sseWriter, text string) (merged bool) {
 	switch s.p {
 	case Messages:
 		for _, idx := range s.open {
+			if idx == s.textBlock && !merged {
+				w.messagesTextDeltas(idx, text)
+				merged = true
+			}
 			w.blockStop(idx)
 		}
 	case Responses:
@@ -223,6 +248,16 @@ func (s *Splicer) closeOpen(w *sseWriter) {
 			case it.done:
 				w.items = append(w.items, it.finished)
 			case it.typ == "message":
+				if !merged && it.open() {
+					if len(it.parts) == 0 {
+						w.responsesTextEvent("response.content_part.added", it.id, it.index, 0, "part", "")
+						it.parts = append(it.parts, splicedPart{})
+					}
+					last := len(it.parts) - 1
+					w.responsesTextDeltas(it.id, it.index, last, text)
+					it.parts[last].text = append(it.parts[last].text, text...)
+					merged = true
+				}
 				texts := make([]string, len(it.parts))
 				for i, p := range it.parts {
 					texts[i] = string(p.text)
@@ -239,7 +274,26 @@ func (s *Splicer) closeOpen(w *sseWriter) {
 					w.responsesArgsDone(it.id, it.index, it.name, string(it.args))
 				}
 				w.finishResponsesCall(it.id, it.index, it.callID, it.name, string(it.args))
+			case len(it.added) > 0:
+				// Another item type (reasoning, …) cut short: done as it was added.
+				item, err := sjson.SetBytes(bytes.Clone(it.added), "status", "completed")
+				if err != nil {
+					item = it.added
+				}
+				w.responsesItemEvent("response.output_item.done", it.index, item)
+				w.items = append(w.items, item)
 			}
 		}
 	}
+	return merged
+}
+
+// open reports whether more text can stream into a message item: its last
+// content part, if any, has not been closed.
+func (it *splicedItem) open() bool {
+	if len(it.parts) == 0 {
+		return true
+	}
+	p := it.parts[len(it.parts)-1]
+	return !p.textDone && !p.partDone
 }

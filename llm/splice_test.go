@@ -5,26 +5,40 @@ import (
 	"testing"
 )
 
-// filterSplice simulates the filter: it forwards the first limit events,
-// except that from the first call to a server tool onward, and every
-// must-hold event, it withholds. It returns what the client receives.
+// filterSplice plays the filter (plugin/internal/filter/response.go): it
+// forwards the first limit events, but nothing from the first server-tool
+// call or the first must-hold event on; then, like its sseEnding, it
+// continues with cont plus the original's client calls the client has not
+// seen. It returns what the client receives.
 func filterSplice(t testing.TB, p Protocol, original []byte, limit int, server []string, cont *Turn) []byte {
 	t.Helper()
 	evs := mustRead(t, p, original)
 	sp := NewSplicer(p)
+	var b TurnBuilder
 	var out []byte
-	withholding := false
+	stopped := false
+	seen := 0
 	for i, ev := range evs {
-		if ev.StartsToolCall(server) {
-			withholding = true
+		if i >= limit || ev.StartsToolCall(server) || ev.MustHold() {
+			stopped = true
 		}
-		forward := i < limit && !withholding && !ev.MustHold()
-		if forward {
+		if !stopped {
 			out = append(out, ev.Raw...)
 		}
-		sp.Add(ev, forward)
+		sp.Add(ev, !stopped)
+		b.Add(ev)
+		if !stopped {
+			seen = b.NumCalls()
+		}
 	}
-	return append(out, sp.Continue(cont, RenderOptions{ChunkBytes: 4})...)
+	withheld := Turn{ToolCalls: b.Turn().ToolCalls[seen:]}
+	rest := *cont
+	rest.ToolCalls = append(withheld.ClientCalls(server), cont.ToolCalls...)
+	// The filter's finishFor: calls the client saw make a stop tool_calls.
+	if seen+len(rest.ToolCalls) > 0 && (rest.Finish.Reason == FinishNone || rest.Finish.Reason == FinishStop) {
+		rest.Finish = Finish{Reason: FinishToolCalls}
+	}
+	return append(out, sp.Continue(&rest, RenderOptions{ChunkBytes: 4})...)
 }
 
 func TestSpliceServerToolCall(t *testing.T) {
@@ -110,10 +124,10 @@ func TestSpliceSamples(t *testing.T) {
 		checkFraming(t, p, evs)
 		got, _ := buildTurn(evs)
 		want := Merge(orig, cont)
+		// A client call withheld with the server call is given back.
 		want.ToolCalls = append(orig.ClientCalls(server), cont.ToolCalls...)
-		if p == Chat && name == "chat_tools.sse" {
-			// read_file streams after clock, so it was withheld with it.
-			want.ToolCalls = nil
+		if len(want.ToolCalls) > 0 {
+			want.Finish = Finish{Reason: FinishToolCalls}
 		}
 		assertSameTurn(t, got, want)
 	}

@@ -2,15 +2,19 @@ package llm
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/tidwall/gjson"
 )
 
 // classifyState is what a reader remembers across events to give each event
-// its full meaning: whether the turn has started and the usage so far.
+// its full meaning: whether the turn has started, the usage so far and
+// (Messages) which content blocks are text, since a block stop names only
+// its index.
 type classifyState struct {
-	started bool
-	usage   Usage
+	started    bool
+	usage      Usage
+	textBlocks []int
 }
 
 // classify fills ev's canonical meaning from its Data. Data that is not JSON
@@ -147,6 +151,13 @@ func (s *classifyState) responses(root gjson.Result, ev *Event) {
 			ev.Kind |= KindToolCallArgs
 			ev.Calls = []CallDelta{{Index: ev.Index, Arguments: d}}
 		}
+	case "response.output_text.done", "response.content_part.done":
+		// Content parts exist only in message items.
+		ev.Kind |= KindTextEnd
+	case "response.output_item.done":
+		if root.Get("item.type").String() == "message" {
+			ev.Kind |= KindTextEnd
+		}
 	case "response.completed", "response.incomplete", "response.failed":
 		resp := root.Get("response")
 		hasCalls := false
@@ -200,10 +211,17 @@ func (s *classifyState) messages(root gjson.Result, ev *Event) {
 			ev.Kind |= KindToolCallStart
 			ev.Calls = []CallDelta{cd}
 		case "text":
+			if !slices.Contains(s.textBlocks, ev.Index) {
+				s.textBlocks = append(s.textBlocks, ev.Index)
+			}
 			if t := block.Get("text").String(); t != "" {
 				ev.Kind |= KindTextDelta
 				ev.Text = t
 			}
+		}
+	case "content_block_stop":
+		if slices.Contains(s.textBlocks, ev.Index) {
+			ev.Kind |= KindTextEnd
 		}
 	case "content_block_delta":
 		delta := root.Get("delta")

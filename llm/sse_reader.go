@@ -22,6 +22,7 @@ const (
 	KindUsage                               // Usage holds the cumulative usage known so far
 	KindTerminal                            // the protocol's end of stream ([DONE], message_stop, response.completed/incomplete/failed)
 	KindError                               // the provider reported an error in-stream; ErrorMessage says what
+	KindTextEnd                             // closes assistant text: a Messages text block's content_block_stop; a Responses message item's output_text.done, content_part.done or output_item.done
 )
 
 // KindOther is the empty set: pings, comments, block stops, in_progress, ….
@@ -34,7 +35,7 @@ func (k EventKind) String() string {
 	if k == KindOther {
 		return "other"
 	}
-	names := []string{"start", "text", "tool_start", "tool_args", "finish", "usage", "terminal", "error"}
+	names := []string{"start", "text", "tool_start", "tool_args", "finish", "usage", "terminal", "error", "text_end"}
 	var parts []string
 	for i, n := range names {
 		if k&(1<<i) != 0 {
@@ -272,10 +273,12 @@ func (r *StreamReader) dispatch(n int) Event {
 }
 
 // MustHold reports whether the filter has to hold this event until it knows
-// whether a continuation follows (SPEC §1 SSE): the finish, the terminal
-// event and Chat's usage-only chunk. The Splicer re-renders them once.
+// whether a continuation follows (SPEC §1 SSE): the close of the assistant's
+// text block or message item, the finish, the terminal event and Chat's
+// usage-only chunk. The continuation goes into the still open text block;
+// the Splicer then re-renders the closing events once, for the merged turn.
 func (e Event) MustHold() bool {
-	return e.Kind&(KindFinish|KindTerminal) != 0 || e.Kind == KindUsage
+	return e.Kind&(KindTextEnd|KindFinish|KindTerminal) != 0 || e.Kind == KindUsage
 }
 
 // StartsToolCall reports whether the event starts a call to one of the named

@@ -63,6 +63,9 @@ func (b *TurnBuilder) Add(ev Event) {
 	}
 }
 
+// NumCalls returns how many tool calls have started so far.
+func (b *TurnBuilder) NumCalls() int { return len(b.calls) }
+
 // Terminated reports whether the protocol's terminal event was seen.
 func (b *TurnBuilder) Terminated() bool { return b.terminated }
 

@@ -28,7 +28,12 @@ type sdkCase struct {
 	orig  *llm.Turn // original turn, for splice cases
 	cont  *llm.Turn // continuation, for splice cases
 	want  *llm.Turn
+	// oneText: the whole reply is "part one.\n\npart two." in one text
+	// block or message output item.
+	oneText bool
 }
+
+const wholeReply = "part one.\n\npart two."
 
 var serverTools = []string{"clock"}
 
@@ -46,6 +51,16 @@ func sdkCases() []sdkCase {
 		Finish: llm.Finish{Reason: llm.FinishToolCalls}, Usage: llm.Usage{InputTokens: 5, OutputTokens: 5}}
 	mixedWant := llm.Merge(mixedOrig, mixedCont)
 	mixedWant.ToolCalls = []llm.ToolCall{mixedOrig.ToolCalls[0], mixedCont.ToolCalls[0]}
+	// issue 8: the reply continues after the first turn's text closed; the
+	// client must still get one text block with the whole reply.
+	partOne := &llm.Turn{ID: "orig3", Model: "model-o", Text: "part one.", Finish: llm.Finish{Reason: llm.FinishStop},
+		Usage: llm.Usage{InputTokens: 8, OutputTokens: 3}}
+	partTwo := &llm.Turn{Text: "part two.", Finish: llm.Finish{Reason: llm.FinishStop}, Usage: llm.Usage{InputTokens: 9, OutputTokens: 3}}
+	clockOne := *partOne
+	clockOne.ToolCalls = []llm.ToolCall{{ID: "call_clk", Name: "clock", Arguments: `{"action":"get","items":[],"taskId":""}`}}
+	clockOne.Finish = llm.Finish{Reason: llm.FinishToolCalls}
+	heldOne := *partOne
+	heldOne.Finish = llm.Finish{Reason: llm.FinishLength} // a hold also follows a length finish (SPEC §8)
 	return []sdkCase{
 		{name: "text", reply: Reply{Text: "Hello from the mock provider, streamed in pieces. Ünïcødé too: 日本語."},
 			want: &llm.Turn{Text: "Hello from the mock provider, streamed in pieces. Ünïcødé too: 日本語.", Finish: llm.Finish{Reason: llm.FinishStop}}},
@@ -59,6 +74,9 @@ func sdkCases() []sdkCase {
 			want: &llm.Turn{Text: "cut", Finish: llm.Finish{Reason: llm.FinishLength}}},
 		{name: "splice server call", orig: spliceOrig, cont: spliceCont, want: llm.Merge(spliceOrig, spliceCont)},
 		{name: "splice mixed calls", orig: mixedOrig, cont: mixedCont, want: mixedWant},
+		{name: "stopMessage continuation", orig: partOne, cont: partTwo, want: llm.Merge(partOne, partTwo), oneText: true},
+		{name: "clock interception", orig: &clockOne, cont: partTwo, want: llm.Merge(&clockOne, partTwo), oneText: true},
+		{name: "hold", orig: &heldOne, cont: partTwo, want: llm.Merge(&heldOne, partTwo), oneText: true},
 	}
 }
 
@@ -82,20 +100,28 @@ func splicedServer(t *testing.T, orig, cont *llm.Turn) *httptest.Server {
 		if err != nil {
 			t.Error(err)
 		}
+		// As the filter does: forward until a server-tool call or an event
+		// that must wait (the text's close, finish, terminal), then splice
+		// the continuation plus the original's withheld client calls.
 		sp := llm.NewSplicer(p)
+		var b llm.TurnBuilder
 		var out []byte
-		held := false
+		held, seen := false, 0
 		for _, ev := range evs {
-			if ev.StartsToolCall(serverTools) {
-				held = true
-			}
-			forward := !held && !ev.MustHold()
-			if forward {
+			held = held || ev.StartsToolCall(serverTools) || ev.MustHold()
+			if !held {
 				out = append(out, ev.Raw...)
 			}
-			sp.Add(ev, forward)
+			sp.Add(ev, !held)
+			b.Add(ev)
+			if !held {
+				seen = b.NumCalls()
+			}
 		}
-		out = append(out, sp.Continue(cont, llm.RenderOptions{ChunkBytes: 7})...)
+		withheld := llm.Turn{ToolCalls: b.Turn().ToolCalls[seen:]}
+		rest := *cont
+		rest.ToolCalls = append(withheld.ClientCalls(serverTools), cont.ToolCalls...)
+		out = append(out, sp.Continue(&rest, llm.RenderOptions{ChunkBytes: 7})...)
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write(out)
 	}))
@@ -167,6 +193,9 @@ func TestOpenAIChatSDK(t *testing.T) {
 				t.Fatalf("choices %d", len(acc.Choices))
 			}
 			compareTurn(t, "stream", chatTurn(acc.ChatCompletion), c.want)
+			if c.oneText && acc.Choices[0].Message.Content != wholeReply {
+				t.Errorf("accumulated content %q, want %q", acc.Choices[0].Message.Content, wholeReply)
+			}
 
 			res, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-test",
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
@@ -199,7 +228,8 @@ func TestOpenAIResponsesSDK(t *testing.T) {
 			stream := client.Responses.NewStreaming(ctx, params)
 			var deltas strings.Builder
 			var final *responses.Response
-			starts, lastSeq := 0, int64(-1)
+			var doneTexts []string // output_text.done, content_part.done, output_item.done of messages
+			starts, lastSeq, messages := 0, int64(-1), 0
 			for stream.Next() {
 				ev := stream.Current()
 				if ev.SequenceNumber <= lastSeq {
@@ -209,6 +239,20 @@ func TestOpenAIResponsesSDK(t *testing.T) {
 				switch ev.Type {
 				case "response.created":
 					starts++
+				case "response.output_item.added":
+					if ev.Item.Type == "message" {
+						messages++
+					}
+				case "response.output_text.done":
+					doneTexts = append(doneTexts, ev.AsResponseOutputTextDone().Text)
+				case "response.content_part.done":
+					doneTexts = append(doneTexts, ev.AsResponseContentPartDone().Part.Text)
+				case "response.output_item.done":
+					if item := ev.AsResponseOutputItemDone().Item; item.Type == "message" {
+						for _, part := range item.Content {
+							doneTexts = append(doneTexts, part.Text)
+						}
+					}
 				case "response.output_text.delta":
 					deltas.WriteString(ev.AsResponseOutputTextDelta().Delta)
 				case "response.completed":
@@ -229,6 +273,22 @@ func TestOpenAIResponsesSDK(t *testing.T) {
 			compareTurn(t, "stream", got, c.want)
 			if deltas.String() != c.want.Text {
 				t.Errorf("deltas %q, want %q", deltas.String(), c.want.Text)
+			}
+			if c.oneText {
+				var items []string
+				for _, item := range final.Output {
+					if item.Type == "message" {
+						for _, part := range item.Content {
+							items = append(items, part.Text)
+						}
+					}
+				}
+				if messages != 1 || len(items) != 1 || items[0] != wholeReply {
+					t.Errorf("%d message items added; final message parts %q; want one holding %q", messages, items, wholeReply)
+				}
+				if len(doneTexts) != 3 || doneTexts[0] != wholeReply || doneTexts[1] != wholeReply || doneTexts[2] != wholeReply {
+					t.Errorf("done events carry %q, want the whole reply three times", doneTexts)
+				}
 			}
 
 			res, err := client.Responses.New(ctx, params)
@@ -290,6 +350,17 @@ func TestAnthropicMessagesSDK(t *testing.T) {
 				t.Errorf("%d message_start events", starts)
 			}
 			compareTurn(t, "stream", messagesTurn(&msg), c.want)
+			if c.oneText {
+				var texts []string
+				for _, b := range msg.Content {
+					if b.Type == "text" {
+						texts = append(texts, b.Text)
+					}
+				}
+				if len(texts) != 1 || texts[0] != wholeReply {
+					t.Errorf("text blocks %q, want one holding %q", texts, wholeReply)
+				}
+			}
 
 			res, err := client.Messages.New(ctx, params)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/chimehq/chime/internal/ssecheck"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,14 +84,15 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 	up := &sseUpstream{body: llm.RenderSSE(llm.Messages, orig, llm.RenderOptions{ChunkBytes: 6, Created: 1}),
 		gates: map[string]chan struct{}{}, requests: map[string][]byte{}}
 	// early is what may reach the client before the upstream ends: every
-	// event before the clock call starts.
+	// event before the text block closes (the continuation goes into it)
+	// or the clock call starts.
 	var early []byte
 	evs, err := llm.NewStreamReader(llm.Messages).Feed(up.body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range evs {
-		if ev.StartsToolCall([]string{"clock"}) {
+		if ev.StartsToolCall([]string{"clock"}) || ev.MustHold() {
 			break
 		}
 		early = append(early, ev.Raw...)
@@ -176,6 +178,9 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 	out := append(bytes.Clone(early), rest...)
 	if bytes.Contains(out, []byte("clock")) || bytes.Contains(out, []byte("toolu_srv")) {
 		t.Fatalf("client stream:\n%s", out)
+	}
+	if _, err := ssecheck.Check("messages", out); err != nil {
+		t.Fatalf("client stream: %v\n%s", err, out)
 	}
 	rd := llm.NewStreamReader(llm.Messages)
 	evs, err = rd.Feed(out)

@@ -50,10 +50,10 @@ type response struct {
 	splicer     *llm.Splicer
 	turn        llm.TurnBuilder
 	withholding bool   // a server-tool call started: everything after it is withheld
-	holdingTail bool   // a finish or terminal was withheld: so is everything after it
+	holdingTail bool   // the text's close, a finish or terminal was withheld: so is everything after it
 	held        []byte // raw withheld events, replayed untouched when nothing was spliced
 	// forwardedCalls is how many tool calls the client saw start before
-	// withholding began (all client calls).
+	// forwarding stopped (all client calls).
 	forwardedCalls int
 	paused         []byte // bytes left in the paused buffer while resolving
 
@@ -165,8 +165,9 @@ func mayNameServerTool(body []byte) bool {
 }
 
 // sseBody forwards each complete event at once, except from the first
-// server-tool call on and from the first finish or terminal on; at the end
-// of the stream it resolves, or closes the stream with what was withheld.
+// server-tool call on and from the first event that closes the text or
+// ends the turn (llm.Event.MustHold) on; at the end of the stream it
+// resolves, or closes the stream with what was withheld.
 func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 	r := &h.resp
 	chunk, ok := h.responseBody(size)
@@ -214,7 +215,6 @@ func (h *httpContext) route(evs []llm.Event, out []byte) []byte {
 	for _, ev := range evs {
 		if !r.withholding && h.startsServerCall(ev) {
 			r.withholding = true
-			r.forwardedCalls = len(r.turn.Turn().ToolCalls)
 		}
 		if ev.MustHold() {
 			r.holdingTail = true
@@ -228,6 +228,9 @@ func (h *httpContext) route(evs []llm.Event, out []byte) []byte {
 		}
 		r.splicer.Add(ev, forward)
 		r.turn.Add(ev)
+		if forward {
+			r.forwardedCalls = r.turn.NumCalls()
+		}
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/internal/ssecheck"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
@@ -165,7 +166,15 @@ func readTurn(t *testing.T, p llm.Protocol, sse bool, out []byte) *llm.Turn {
 		if err != nil {
 			t.Fatalf("client JSON: %v\n%s", err, out)
 		}
+		if n := jsonTextBlocks(p, out); n > 1 {
+			t.Fatalf("client JSON has %d text blocks or message items, want one:\n%s", n, out)
+		}
 		return turn
+	}
+	// One answer, as agent CLIs read it (SPEC §1): one text block or message
+	// item, done events with the whole text.
+	if _, err := ssecheck.Check(p.String(), out); err != nil {
+		t.Fatalf("client stream: %v\n%s", err, out)
 	}
 	rd := llm.NewStreamReader(p)
 	evs, err := rd.Feed(out)
@@ -200,6 +209,31 @@ func readTurn(t *testing.T, p llm.Protocol, sse bool, out []byte) *llm.Turn {
 		t.Fatalf("client stream does not end with its terminal event:\n%s", out)
 	}
 	return b.Turn()
+}
+
+// jsonTextBlocks counts the text blocks (Messages) or message items
+// (Responses) of a JSON body; Chat has one content string.
+func jsonTextBlocks(p llm.Protocol, body []byte) int {
+	var items []gjson.Result
+	typ := "text"
+	switch p {
+	case llm.Messages:
+		items = gjson.GetBytes(body, "content").Array()
+	case llm.Responses:
+		items, typ = gjson.GetBytes(body, "output").Array(), "message"
+	default:
+		return 1
+	}
+	n := 0
+	for _, it := range items {
+		if it.Get("type").String() == typ {
+			n++
+			if p == llm.Responses && len(it.Get("content").Array()) != 1 {
+				n++ // a second part is a second answer too
+			}
+		}
+	}
+	return n
 }
 
 // upstreamTurn is the turn as the filter can know it from the wire.
@@ -368,6 +402,70 @@ func TestStopFinish(t *testing.T) {
 	}
 }
 
+// TestJSONAndSSEGiveOneAnswer: a stopMessage or hold continuation and a
+// server-tool interception, with or without client calls after, give a
+// JSON client and an SSE client the same turn: one text block or message
+// item with the text of both turns joined as llm.Merge joins them.
+func TestJSONAndSSEGiveOneAnswer(t *testing.T) {
+	shell := llm.ToolCall{ID: "call_sh", Name: "shell", Arguments: `{"cmd":"make"}`}
+	withCall := *contTurn
+	withCall.ToolCalls = []llm.ToolCall{shell}
+	withCall.Finish = llm.Finish{Reason: llm.FinishToolCalls}
+	cases := []struct {
+		name       string
+		orig, cont *llm.Turn
+		prep       llm.PrepareResponse
+	}{
+		{"stopMessage", stopTurn, contTurn, llm.PrepareResponse{MayContinue: true}},
+		{"clock", serverTurn, contTurn, llm.PrepareResponse{Tools: []string{"clock"}}},
+		{"clock then client call", serverTurn, &withCall, llm.PrepareResponse{Tools: []string{"clock"}}},
+	}
+	for _, p := range protocols {
+		for _, c := range cases {
+			t.Run(p.String()+"/"+c.name, func(t *testing.T) {
+				e := newRespEnv(t, "")
+				var turns []*llm.Turn
+				for _, sse := range modes() {
+					r := e.exchange(p, sse, c.prep)
+					r.feed(r.upstream(c.orig), nil)
+					r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: c.cont, Reason: "done", Hops: 1})
+					noServerCall(t, r.out())
+					turns = append(turns, readTurn(t, p, sse, r.out()))
+				}
+				want := llm.Merge(minusServer(c.orig), c.cont)
+				if want.Text != c.orig.Text+"\n\n"+c.cont.Text {
+					t.Fatalf("merge text %q", want.Text)
+				}
+				sameTurn(t, "json", turns[0], want)
+				sameTurn(t, "sse", turns[1], want)
+			})
+		}
+	}
+}
+
+// TestHeldCloseReplayedUntouched: the text's close is held until the end of
+// the stream; when nothing continues, the client gets every upstream byte
+// unchanged, client calls after the text included.
+func TestHeldCloseReplayedUntouched(t *testing.T) {
+	turn := *stopTurn
+	turn.ToolCalls = []llm.ToolCall{readFile}
+	turn.Finish = llm.Finish{Reason: llm.FinishToolCalls}
+	for _, p := range protocols {
+		e := newRespEnv(t, "")
+		r := e.exchange(p, true, llm.PrepareResponse{Tools: []string{"clock"}, MayContinue: true})
+		body := r.upstream(&turn)
+		if got := r.feed(body, func() int { return 7 }); got != proxywasm.ActionContinue {
+			t.Fatalf("%s: action %v", p, got)
+		}
+		if !bytes.Equal(r.out(), body) {
+			t.Fatalf("%s: bytes changed:\n%s\nwant\n%s", p, r.out(), body)
+		}
+		if n := len(r.resolveCalls()); n != 0 {
+			t.Fatalf("%s: %d resolves for a client call", p, n)
+		}
+	}
+}
+
 // TestEarlyTextStreamsThrough: text deltas before the server-tool call
 // reach the client as their chunk passes, not at the end of the stream;
 // nothing after the call's first event does.
@@ -384,7 +482,7 @@ func TestEarlyTextStreamsThrough(t *testing.T) {
 			}
 			var wantEarly []byte
 			var text strings.Builder
-			seenCall := false
+			seenCall, held := false, false
 			for i, ev := range evs {
 				last := i == len(evs)-1
 				if got := e.h.CallOnResponseBody(r.id, ev.Raw, last); !last && got != proxywasm.ActionContinue {
@@ -393,7 +491,9 @@ func TestEarlyTextStreamsThrough(t *testing.T) {
 				if ev.StartsToolCall([]string{"clock"}) {
 					seenCall = true
 				}
-				if !seenCall && !ev.MustHold() {
+				// From the text's close on, everything waits (SPEC §1 SSE).
+				held = held || ev.MustHold()
+				if !seenCall && !held {
 					wantEarly = append(wantEarly, ev.Raw...)
 					text.WriteString(ev.Text)
 				}
