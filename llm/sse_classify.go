@@ -98,6 +98,9 @@ func (s *classifyState) chat(root gjson.Result, ev *Event) {
 			}
 			ev.Calls = append(ev.Calls, cd)
 		}
+		if extra := chatExtraFields(delta); extra != "" {
+			ev.PartKind, ev.Part = PartFields, extra
+		}
 		if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			ev.Kind |= KindFinish
 			ev.Finish = Finish{Reason: classifyFinish(Chat, fr.Str), Raw: fr.Str}
@@ -136,6 +139,14 @@ func (s *classifyState) responses(root gjson.Result, ev *Event) {
 				ev.Kind |= KindToolCallArgs
 			}
 			ev.Calls = []CallDelta{cd}
+		}
+	case "response.output_item.done":
+		switch item := root.Get("item"); item.Get("type").String() {
+		case "message", "function_call":
+		default:
+			if item.IsObject() {
+				ev.PartKind, ev.Part = PartItemDone, item.Raw
+			}
 		}
 	case "response.output_text.delta":
 		if d := root.Get("delta").String(); d != "" {
@@ -204,6 +215,10 @@ func (s *classifyState) messages(root gjson.Result, ev *Event) {
 				ev.Kind |= KindTextDelta
 				ev.Text = t
 			}
+		default:
+			if block.IsObject() {
+				ev.PartKind, ev.Part = PartBlockStart, block.Raw
+			}
 		}
 	case "content_block_delta":
 		delta := root.Get("delta")
@@ -217,6 +232,10 @@ func (s *classifyState) messages(root gjson.Result, ev *Event) {
 			if a := delta.Get("partial_json").String(); a != "" {
 				ev.Kind |= KindToolCallArgs
 				ev.Calls = []CallDelta{{Index: ev.Index, Arguments: a}}
+			}
+		default:
+			if delta.IsObject() {
+				ev.PartKind, ev.Part = PartBlockDelta, delta.Raw
 			}
 		}
 	case "message_delta":
