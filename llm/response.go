@@ -173,6 +173,9 @@ var chatMessageMembers = map[string]bool{
 // chatExtraFields returns msg's provider extras as a JSON object with each
 // member's bytes as sent, or "" when there are none.
 func chatExtraFields(msg gjson.Result) string {
+	if !msg.IsObject() {
+		return "" // ForEach would yield the value itself, with no key
+	}
 	var b []byte
 	msg.ForEach(func(k, v gjson.Result) bool {
 		if chatMessageMembers[k.String()] || v.Type == gjson.Null {
