@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,9 @@ type Reply struct {
 	DelayMs int `json:"delayMs,omitempty"`
 	// ChunkDelayMs waits between SSE events, so streaming is observable.
 	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
+	// EventDelaysMs[i] waits before the i-th SSE event (0 is the first),
+	// instead of ChunkDelayMs for that event.
+	EventDelaysMs []int `json:"eventDelaysMs,omitempty"`
 	// Status, when 400 or more, answers with a provider-shaped error.
 	Status int `json:"status,omitempty"`
 	// Error is the message of that error.
@@ -62,9 +66,25 @@ type RecordedRequest struct {
 	ReceivedAt time.Time         `json:"receivedAt"`
 }
 
+// Clock is the time source of delays, so tests can run them without
+// sleeping. The default is real time.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 // Server is the mock provider. It is an http.Handler; the zero value is not
 // usable, use New.
 type Server struct {
+	// Clock times delayMs, chunkDelayMs and eventDelaysMs and stamps
+	// ReceivedAt; nil means real time. Set it before serving.
+	Clock Clock
+
 	mu       sync.Mutex
 	queue    []Reply
 	requests []RecordedRequest
@@ -73,6 +93,13 @@ type Server struct {
 
 // New returns an empty mock provider.
 func New() *Server { return &Server{} }
+
+func (s *Server) clock() Clock {
+	if s.Clock == nil {
+		return realClock{}
+	}
+	return s.Clock
+}
 
 // Script queues replies, consumed in order by the next provider requests.
 func (s *Server) Script(replies ...Reply) {
@@ -148,7 +175,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, n := s.next()
-	if !sleep(r.Context(), reply.DelayMs) {
+	if !s.sleep(r.Context(), reply.DelayMs) {
 		return // the client went away
 	}
 	if reply.Status >= 400 {
@@ -162,7 +189,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	turn := buildTurn(p, reply, n, body)
 	if gjson.GetBytes(body, "stream").Bool() {
 		opts := llm.RenderOptions{ChatUsage: gjson.GetBytes(body, "stream_options.include_usage").Bool()}
-		streamSSE(w, r, p, llm.RenderSSE(p, turn, opts), reply.ChunkDelayMs)
+		s.streamSSE(w, r, p, llm.RenderSSE(p, turn, opts), reply)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -192,7 +219,7 @@ func (s *Server) record(r *http.Request, body []byte) {
 	if r.Host != "" {
 		headers["host"] = r.Host
 	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: time.Now()}
+	rec := RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: s.clock().Now()}
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
 	s.mu.Unlock()
@@ -272,7 +299,7 @@ func ParseScript(body []byte) ([]Reply, error) {
 		replies = []Reply{one}
 	}
 	for i, r := range replies {
-		if r.DelayMs < 0 || r.ChunkDelayMs < 0 {
+		if r.DelayMs < 0 || r.ChunkDelayMs < 0 || slices.ContainsFunc(r.EventDelaysMs, func(d int) bool { return d < 0 }) {
 			return nil, fmt.Errorf("mockllm: reply %d: negative delay", i)
 		}
 		if r.Status != 0 && (r.Status < 100 || r.Status > 599) {
@@ -350,21 +377,32 @@ func buildTurn(p llm.Protocol, r Reply, n int, reqBody []byte) *llm.Turn {
 	return t
 }
 
-// streamSSE writes the rendered stream event by event, flushing each, with
-// an optional pause between events.
-func streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []byte, delayMs int) {
+// streamSSE writes the rendered stream event by event, flushing each,
+// waiting before event i eventDelaysMs[i] if given, else chunkDelayMs
+// between events.
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []byte, reply Reply) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
 	reader := llm.NewStreamReader(p)
 	events, _ := reader.Feed(stream)
 	rest, _ := reader.Close()
 	events = append(events, rest...)
 	for i, ev := range events {
-		if i > 0 && !sleep(r.Context(), delayMs) {
+		delay := 0
+		switch {
+		case i < len(reply.EventDelaysMs):
+			delay = reply.EventDelaysMs[i]
+		case i > 0:
+			delay = reply.ChunkDelayMs
+		}
+		if !s.sleep(r.Context(), delay) {
 			return
 		}
 		if _, err := w.Write(ev.Raw); err != nil {
@@ -376,16 +414,14 @@ func streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []
 	}
 }
 
-// sleep waits ms milliseconds unless ctx ends first; it reports whether the
-// wait completed.
-func sleep(ctx context.Context, ms int) bool {
+// sleep waits ms milliseconds on the server's clock unless ctx ends first;
+// it reports whether the wait completed.
+func (s *Server) sleep(ctx context.Context, ms int) bool {
 	if ms <= 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-s.clock().After(time.Duration(ms) * time.Millisecond):
 		return true
 	case <-ctx.Done():
 		return false
