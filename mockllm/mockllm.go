@@ -41,6 +41,10 @@ type Reply struct {
 	// EventDelaysMs[i] waits before the i-th SSE event (0 is the first),
 	// instead of ChunkDelayMs for that event.
 	EventDelaysMs []int `json:"eventDelaysMs,omitempty"`
+	// Thinking starts the reply with reasoning: Messages a signed thinking
+	// block, Responses a reasoning item (with encrypted_content when the
+	// request includes reasoning.encrypted_content), Chat reasoning_content.
+	Thinking string `json:"thinking,omitempty"`
 	// Status, when 400 or more, answers with a provider-shaped error.
 	Status int `json:"status,omitempty"`
 	// Error is the message of that error.
@@ -87,8 +91,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	queue    []Reply
-	requests []RecordedRequest
+	requests []*RecordedRequest
 	served   int
+	idSeq    int
 }
 
 // New returns an empty mock provider.
@@ -112,7 +117,11 @@ func (s *Server) Script(replies ...Reply) {
 func (s *Server) Requests() []RecordedRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]RecordedRequest{}, s.requests...)
+	out := make([]RecordedRequest, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = *r
+	}
+	return out
 }
 
 // ListenAndServe serves on addr (DefaultAddr if empty) until ctx ends.
@@ -174,7 +183,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, p, http.StatusMethodNotAllowed, "mockllm: use POST")
 		return
 	}
-	reply, n := s.next()
+	reply, pl := s.next(p, body)
 	if !s.sleep(r.Context(), reply.DelayMs) {
 		return // the client went away
 	}
@@ -186,29 +195,84 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, p, reply.Status, msg)
 		return
 	}
-	turn := buildTurn(p, reply, n, body)
 	if gjson.GetBytes(body, "stream").Bool() {
-		opts := llm.RenderOptions{ChatUsage: gjson.GetBytes(body, "stream_options.include_usage").Bool()}
-		s.streamSSE(w, r, p, llm.RenderSSE(p, turn, opts), reply)
+		s.streamSSE(w, r, pl.renderSSE(), reply)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(llm.RenderJSON(p, turn))
+	_, _ = w.Write(pl.renderJSON())
 }
 
 // next pops the next scripted reply, or the default text "ok" with finish
-// stop (SPEC §12), and returns the 1-based number of the reply.
-func (s *Server) next() (Reply, int) {
+// stop (SPEC §12), and plans its rendering.
+func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served++
-	if len(s.queue) == 0 {
-		return Reply{Text: "ok", Finish: "stop"}, s.served
+	r := Reply{Text: "ok", Finish: "stop"}
+	if len(s.queue) > 0 {
+		r = s.queue[0]
+		s.queue = s.queue[1:]
 	}
-	r := s.queue[0]
-	s.queue = s.queue[1:]
-	return r, s.served
+	if r.Status >= 400 {
+		return r, nil
+	}
+	return r, s.plan(p, r, s.served, body)
+}
+
+// plan builds the turn of the n-th response with realistic ids. The
+// caller holds s.mu.
+func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
+	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
+	if t.Model == "" {
+		t.Model = "mock-model"
+	}
+	pl := &plan{p: p, turn: t, thinking: r.Thinking,
+		opts: llm.RenderOptions{ChatUsage: gjson.GetBytes(reqBody, "stream_options.include_usage").Bool()}}
+	switch p {
+	case llm.Chat:
+		t.ID = fmt.Sprintf("chatcmpl-mock%d", n)
+	case llm.Responses:
+		t.ID = fmt.Sprintf("resp_mock%d", n)
+		pl.msgID = s.newID("msg")
+		if r.Thinking != "" {
+			pl.rsID = s.newID("rs")
+			for _, inc := range gjson.GetBytes(reqBody, "include").Array() {
+				if inc.String() == "reasoning.encrypted_content" {
+					pl.blob = reasoningBlob(pl.rsID)
+				}
+			}
+		}
+	default:
+		t.ID = fmt.Sprintf("msg_mock%d", n)
+		if r.Thinking != "" {
+			pl.sig = thinkingSignature(r.Thinking)
+		}
+	}
+	out := len(r.Text) + len(r.Thinking)
+	for _, c := range r.ToolCalls {
+		args, _ := c.argumentsText()
+		id := c.ID
+		if id == "" {
+			id = s.newID(map[bool]string{true: "toolu", false: "call"}[p == llm.Messages])
+		}
+		if p == llm.Responses {
+			pl.fcIDs = append(pl.fcIDs, s.newID("fc"))
+		}
+		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
+		out += len(c.Name) + len(args)
+	}
+	if r.Finish != "" {
+		t.Finish = llm.ParseFinish(r.Finish)
+	}
+	if r.Usage != nil {
+		t.Usage = *r.Usage
+	} else {
+		// About four bytes per token, like real tokenizers on English text.
+		t.Usage = llm.Usage{InputTokens: len(reqBody)/4 + 1, OutputTokens: out/4 + 1}
+	}
+	return pl
 }
 
 func (s *Server) record(r *http.Request, body []byte) {
@@ -219,7 +283,7 @@ func (s *Server) record(r *http.Request, body []byte) {
 	if r.Host != "" {
 		headers["host"] = r.Host
 	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: s.clock().Now()}
+	rec := &RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: s.clock().Now()}
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
 	s.mu.Unlock()
@@ -337,50 +401,9 @@ func (c ToolCall) argumentsText() (string, error) {
 	return buf.String(), nil
 }
 
-// buildTurn turns a reply into the canonical turn of the n-th response.
-func buildTurn(p llm.Protocol, r Reply, n int, reqBody []byte) *llm.Turn {
-	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
-	if t.Model == "" {
-		t.Model = "mock-model"
-	}
-	switch p {
-	case llm.Chat:
-		t.ID = fmt.Sprintf("chatcmpl-mock%d", n)
-	case llm.Responses:
-		t.ID = fmt.Sprintf("resp_mock%d", n)
-	default:
-		t.ID = fmt.Sprintf("msg_mock%d", n)
-	}
-	out := len(r.Text)
-	for i, c := range r.ToolCalls {
-		args, _ := c.argumentsText()
-		id := c.ID
-		if id == "" {
-			prefix := "call_mock"
-			if p == llm.Messages {
-				prefix = "toolu_mock"
-			}
-			id = fmt.Sprintf("%s%d_%d", prefix, n, i)
-		}
-		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
-		out += len(c.Name) + len(args)
-	}
-	if r.Finish != "" {
-		t.Finish = llm.ParseFinish(r.Finish)
-	}
-	if r.Usage != nil {
-		t.Usage = *r.Usage
-	} else {
-		// About four bytes per token, like real tokenizers on English text.
-		t.Usage = llm.Usage{InputTokens: len(reqBody)/4 + 1, OutputTokens: out/4 + 1}
-	}
-	return t
-}
-
-// streamSSE writes the rendered stream event by event, flushing each,
-// waiting before event i eventDelaysMs[i] if given, else chunkDelayMs
-// between events.
-func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []byte, reply Reply) {
+// streamSSE writes the events one by one, flushing each, waiting before
+// event i eventDelaysMs[i] if given, else chunkDelayMs between events.
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, events [][]byte, reply Reply) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -390,10 +413,6 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protoco
 	if flusher != nil {
 		flusher.Flush()
 	}
-	reader := llm.NewStreamReader(p)
-	events, _ := reader.Feed(stream)
-	rest, _ := reader.Close()
-	events = append(events, rest...)
 	for i, ev := range events {
 		delay := 0
 		switch {
@@ -405,7 +424,7 @@ func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protoco
 		if !s.sleep(r.Context(), delay) {
 			return
 		}
-		if _, err := w.Write(ev.Raw); err != nil {
+		if _, err := w.Write(ev); err != nil {
 			return
 		}
 		if flusher != nil {

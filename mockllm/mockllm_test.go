@@ -328,7 +328,7 @@ func TestDelaysUseTheClock(t *testing.T) {
 		rec := httptest.NewRecorder()
 		clk := &fakeClock{events: func() int { return strings.Count(rec.Body.String(), "\n\n") }}
 		s.Clock = clk
-		s.Script(Reply{Text: "abcdefghijklmnopqrstuvwxyz", DelayMs: 150, ChunkDelayMs: 40, EventDelaysMs: []int{5, 0, 7}})
+		s.Script(Reply{Text: "abcdefghijklmnopqrstuvwxyz", Thinking: "hmm, let me see", DelayMs: 150, ChunkDelayMs: 40, EventDelaysMs: []int{5, 0, 7}})
 		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, paths[p], strings.NewReader(validBody(p, true))))
 		n := strings.Count(rec.Body.String(), "\n\n")
 		if rec.Code != http.StatusOK || n < 6 {
