@@ -68,7 +68,16 @@ type RecordedRequest struct {
 	Headers    map[string]string `json:"headers"` // lower-case names; repeated values joined with ", "
 	Body       string            `json:"body"`    // the raw body bytes
 	ReceivedAt time.Time         `json:"receivedAt"`
+	// Status is the HTTP status the mock answered (0 while undecided or
+	// when the client went away first).
+	Status int `json:"status,omitempty"`
+	// Rejection is why the mock refused the request as the real provider
+	// would (SPEC §12); it is also sent in the RejectionHeader.
+	Rejection string `json:"rejection,omitempty"`
 }
+
+// RejectionHeader carries the reason on a response to a rejected request.
+const RejectionHeader = "X-Mock-Rejection"
 
 // Clock is the time source of delays, so tests can run them without
 // sleeping. The default is real time.
@@ -94,10 +103,18 @@ type Server struct {
 	requests []*RecordedRequest
 	served   int
 	idSeq    int
+	// What the mock issued, for the rules that depend on it (SPEC §12).
+	issuedToolUse map[string]bool     // Messages tool_use id → came with a thinking block
+	issuedFC      map[string]string   // Responses function_call item id → its reasoning item id ("" if none)
+	issuedRS      map[string]bool     // Responses reasoning item ids
+	responseCalls map[string][]string // Responses response id → call_ids of its function calls
 }
 
 // New returns an empty mock provider.
-func New() *Server { return &Server{} }
+func New() *Server {
+	return &Server{issuedToolUse: map[string]bool{}, issuedFC: map[string]string{},
+		issuedRS: map[string]bool{}, responseCalls: map[string][]string{}}
+}
 
 func (s *Server) clock() Clock {
 	if s.Clock == nil {
@@ -158,6 +175,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // ServeHTTP routes the control endpoints and the three provider paths.
+// A provider request the real API would refuse gets its 400 without
+// consuming a scripted reply (SPEC §12); it is recorded all the same.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/__mock/script":
@@ -172,29 +191,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": map[string]string{"message": err.Error()}})
 		return
 	}
-	s.record(r, body)
+	rec := s.record(r, body)
 	p := llm.DetectProtocol(r.URL.Path)
 	if p == llm.Unknown {
-		writeError(w, p, http.StatusNotFound, "mockllm: no such endpoint "+r.URL.Path)
+		s.finish(rec, http.StatusNotFound, "")
+		writeError(w, p, &Rejection{Status: http.StatusNotFound, Message: "mockllm: no such endpoint " + r.URL.Path})
 		return
 	}
 	if r.Method != http.MethodPost {
+		s.finish(rec, http.StatusMethodNotAllowed, "")
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, p, http.StatusMethodNotAllowed, "mockllm: use POST")
+		writeError(w, p, &Rejection{Status: http.StatusMethodNotAllowed, Message: "mockllm: use POST"})
+		return
+	}
+	if rej := s.Validate(p, body); rej != nil {
+		s.finish(rec, rej.Status, rej.Message)
+		w.Header().Set(RejectionHeader, headerSafe(rej.Message))
+		writeError(w, p, rej)
 		return
 	}
 	reply, pl := s.next(p, body)
 	if !s.sleep(r.Context(), reply.DelayMs) {
-		return // the client went away
+		return // the client went away; Status stays 0
 	}
 	if reply.Status >= 400 {
 		msg := reply.Error
 		if msg == "" {
 			msg = fmt.Sprintf("mockllm: scripted status %d", reply.Status)
 		}
-		writeError(w, p, reply.Status, msg)
+		s.finish(rec, reply.Status, "")
+		writeError(w, p, &Rejection{Status: reply.Status, Message: msg})
 		return
 	}
+	s.finish(rec, http.StatusOK, "")
 	if gjson.GetBytes(body, "stream").Bool() {
 		s.streamSSE(w, r, pl.renderSSE(), reply)
 		return
@@ -204,8 +233,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(pl.renderJSON())
 }
 
+// headerSafe keeps a message within what an HTTP header value may hold.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r > 0x7e {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
 // next pops the next scripted reply, or the default text "ok" with finish
-// stop (SPEC §12), and plans its rendering.
+// stop (SPEC §12), plans its rendering and remembers what it issues.
 func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,8 +260,9 @@ func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
 	return r, s.plan(p, r, s.served, body)
 }
 
-// plan builds the turn of the n-th response with realistic ids. The
-// caller holds s.mu.
+// plan builds the turn of the n-th response with realistic ids and
+// records the ids the validator later checks replays against. The caller
+// holds s.mu.
 func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
 	if t.Model == "" {
@@ -238,6 +278,7 @@ func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 		pl.msgID = s.newID("msg")
 		if r.Thinking != "" {
 			pl.rsID = s.newID("rs")
+			s.issuedRS[pl.rsID] = true
 			for _, inc := range gjson.GetBytes(reqBody, "include").Array() {
 				if inc.String() == "reasoning.encrypted_content" {
 					pl.blob = reasoningBlob(pl.rsID)
@@ -251,17 +292,27 @@ func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 		}
 	}
 	out := len(r.Text) + len(r.Thinking)
+	var callIDs []string
 	for _, c := range r.ToolCalls {
 		args, _ := c.argumentsText()
 		id := c.ID
 		if id == "" {
 			id = s.newID(map[bool]string{true: "toolu", false: "call"}[p == llm.Messages])
 		}
-		if p == llm.Responses {
-			pl.fcIDs = append(pl.fcIDs, s.newID("fc"))
+		switch p {
+		case llm.Messages:
+			s.issuedToolUse[id] = r.Thinking != ""
+		case llm.Responses:
+			fc := s.newID("fc")
+			pl.fcIDs = append(pl.fcIDs, fc)
+			s.issuedFC[fc] = pl.rsID
 		}
+		callIDs = append(callIDs, id)
 		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
 		out += len(c.Name) + len(args)
+	}
+	if p == llm.Responses {
+		s.responseCalls[t.ID] = callIDs
 	}
 	if r.Finish != "" {
 		t.Finish = llm.ParseFinish(r.Finish)
@@ -275,7 +326,7 @@ func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 	return pl
 }
 
-func (s *Server) record(r *http.Request, body []byte) {
+func (s *Server) record(r *http.Request, body []byte) *RecordedRequest {
 	headers := make(map[string]string, len(r.Header)+1)
 	for name, values := range r.Header {
 		headers[strings.ToLower(name)] = strings.Join(values, ", ")
@@ -286,6 +337,14 @@ func (s *Server) record(r *http.Request, body []byte) {
 	rec := &RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: s.clock().Now()}
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	return rec
+}
+
+// finish records how the mock answered a recorded request.
+func (s *Server) finish(rec *RecordedRequest, status int, rejection string) {
+	s.mu.Lock()
+	rec.Status, rec.Rejection = status, rejection
 	s.mu.Unlock()
 }
 
@@ -448,14 +507,38 @@ func (s *Server) sleep(ctx context.Context, ms int) bool {
 }
 
 // writeError answers with an error body shaped like the protocol's provider.
-func writeError(w http.ResponseWriter, p llm.Protocol, status int, msg string) {
+func writeError(w http.ResponseWriter, p llm.Protocol, rej *Rejection) {
 	if p == llm.Messages {
-		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": errorType(status, p), "message": msg}})
+		var body struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		body.Type, body.Error.Type, body.Error.Message = "error", errorType(rej.Status, p), rej.Message
+		writeJSON(w, rej.Status, body)
 		return
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": errorType(status, p), "param": nil, "code": nil}})
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Param   any    `json:"param"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	body.Error.Message, body.Error.Type = rej.Message, errorType(rej.Status, p)
+	body.Error.Param, body.Error.Code = nullable(rej.Param), nullable(rej.Code)
+	writeJSON(w, rej.Status, body)
 }
 
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
 func errorType(status int, p llm.Protocol) string {
 	switch {
 	case status == http.StatusNotFound:
