@@ -114,5 +114,8 @@ func (h holdReminders) Rollback(ctx context.Context, requestID string) (int, err
 type observer struct{ m *metrics.Metrics }
 
 func (o observer) Followup(kind string) { o.m.Followups.WithLabelValues(kind).Inc() }
-func (o observer) Chain(reason string)  { o.m.Chains.WithLabelValues(reason).Inc() }
-func (o observer) Hold(outcome string)  { o.m.Holds.WithLabelValues(outcome).Inc() }
+func (o observer) FollowupFailed(kind, code string) {
+	o.m.FollowupFailures.WithLabelValues(kind, code).Inc()
+}
+func (o observer) Chain(reason string) { o.m.Chains.WithLabelValues(reason).Inc() }
+func (o observer) Hold(outcome string) { o.m.Holds.WithLabelValues(outcome).Inc() }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -455,12 +456,18 @@ func TestResolveMixedCalls(t *testing.T) {
 	}
 }
 
+// A followup that fails ends the chain with the last good turn plus a
+// visible note, never a silent truncation (SPEC §14).
 func TestResolveUpstreamError(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []struct {
 		name   string
 		status int
-	}{{"500", http.StatusInternalServerError}, {"not json", http.StatusOK}} {
+		note   string
+	}{
+		{"500", http.StatusInternalServerError, "[chime: the continuation failed: 500 server_error: boom]"},
+		{"not json", http.StatusOK, "[chime: the continuation failed: 200, the answer is not a chat response]"},
+	} {
 		t.Run(bad.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
@@ -475,18 +482,28 @@ func TestResolveUpstreamError(t *testing.T) {
 			if resp.Reason != "upstream_error" || resp.Hops != 2 || !resp.Continued {
 				t.Fatalf("resolve: %+v", resp)
 			}
-			// The last good turn, terminated, without its executed server call.
+			// The last good turn, terminated, without its executed server
+			// call, and the note.
 			c := resp.Continuation
-			if c.Text != "first" || len(c.ToolCalls) != 0 || c.Finish.Reason != llm.FinishStop || c.Usage.OutputTokens != 4 {
+			if c.Text != "first\n\n"+bad.note || len(c.ToolCalls) != 0 || c.Finish.Reason != llm.FinishStop || c.Usage.OutputTokens != 4 {
 				t.Fatalf("continuation: %+v", c)
+			}
+			code := strconv.Itoa(bad.status)
+			if m := scrape(t, f); m[`chime_followup_failures_total{code="`+code+`",kind="tool"}`] != 1 {
+				t.Errorf("failure not counted: %v", m)
 			}
 		})
 	}
+	// The first followup failing: the original is the last good turn, so
+	// the continuation is the note alone.
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusBadGateway, nil })
 	resp := f.resolve(t, resolveReq(llm.Chat, proxy, "req-1", "sess-err", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "clock", Arguments: getArgs}}}))
-	if resp.Continued || resp.Reason != "upstream_error" || resp.Hops != 1 {
+	if !resp.Continued || resp.Reason != "upstream_error" || resp.Hops != 1 {
 		t.Fatalf("first followup failing: %+v", resp)
+	}
+	if c := resp.Continuation; c.Text != "[chime: the continuation failed: 502 server_error: boom]" || c.Finish.Reason != llm.FinishStop || len(c.ToolCalls) != 0 {
+		t.Fatalf("continuation: %+v", c)
 	}
 }
 
@@ -601,8 +618,14 @@ func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
 	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
 	f.blockUntil(t, holding)
 	f.clk.Advance(10 * time.Second)
-	if resp := recv(t, done); resp.Reason != "upstream_error" || resp.Continued || len(proxy.followups()) != 1 {
+	resp := recv(t, done)
+	if resp.Reason != "upstream_error" || len(proxy.followups()) != 1 {
 		t.Fatalf("resolve: %+v", resp)
+	}
+	// The original answer stands; the client is told the hold's
+	// continuation failed (SPEC §14), and the stop finish is kept.
+	if c := resp.Continuation; !resp.Continued || c.Text != "[chime: the continuation failed: 503 server_error: boom]" || c.Finish.Reason != llm.FinishStop {
+		t.Fatalf("continuation: %+v", resp.Continuation)
 	}
 	ts, _ := f.svc.store.ListTasks(sid)
 	if len(ts) != 1 || ts[0].DeliveredAt != 0 || ts[0].ReservedBy != "" {
@@ -793,6 +816,9 @@ func TestResolveBadRequests(t *testing.T) {
 		"url as reentry": func(r *llm.ResolveRequest) { r.Reentry = "http://evil/x" },
 		"no turn":        func(r *llm.ResolveRequest) { r.Turn = nil },
 		"bad request":    func(r *llm.ResolveRequest) { r.Request = json.RawMessage(`{"messages":{}}`) },
+		"broken item": func(r *llm.ResolveRequest) {
+			r.Turn = &llm.Turn{Text: "x", Items: []llm.Item{{Kind: llm.ItemRaw, Raw: `{"type":"thinking"`}}}
+		},
 	}
 	for name, mod := range cases {
 		req := good

@@ -53,16 +53,26 @@ func AssignCallIDs(p Protocol, request []byte, t *Turn) {
 // user text (or both, results first), with "stream" forced to false.
 // Everything of request outside the insertion points is kept byte for byte.
 //
-//   - Chat: an assistant message with content and tool_calls, then one
-//     role:tool message per result (tool_call_id), then a user message.
-//   - Responses: an assistant message item for the text and one
-//     function_call item per call appended to input, then one
-//     function_call_output item per result (call_id), then a user message
-//     item. A string input becomes the list form first.
-//   - Messages: an assistant message with text and tool_use blocks, then
-//     one user message holding the tool_result blocks (tool_use_id) and the
-//     text after them, so roles alternate and every tool_use is answered
-//     (SPEC §2 injected user text).
+//   - Chat: an assistant message with content, tool_calls and the
+//     provider's extra members (reasoning_content, …), then one role:tool
+//     message per result (tool_call_id), then a user message.
+//   - Responses: the turn's output items appended to input in the
+//     provider's order — reasoning and other raw items exactly as received
+//     (encrypted_content included), an assistant message item for the text,
+//     one function_call item per call — then one function_call_output item
+//     per result (call_id), then a user message item. A string input
+//     becomes the list form first.
+//   - Messages: an assistant message with the provider's blocks in their
+//     order — thinking, redacted_thinking and other raw blocks exactly as
+//     received (signatures included), one text block, tool_use blocks —
+//     then one user message holding the tool_result blocks (tool_use_id)
+//     and the text after them, so roles alternate and every tool_use is
+//     answered (SPEC §2 injected user text).
+//
+// Provider content is replayed verbatim (SPEC §1): providers reject a
+// tool-result turn whose assistant message lost its signed thinking block
+// or a function_call without its reasoning item. It is replayed only with
+// an assistant message that has text or tool calls.
 //
 // An empty assistant turn (no text, no calls) adds no assistant message;
 // for Messages the user text then joins the final user message, as
@@ -77,6 +87,9 @@ func BuildFollowup(p Protocol, request []byte, turn *Turn, results []ToolResult,
 	}
 	if turn == nil {
 		turn = &Turn{}
+	}
+	if err := checkItems(turn.Items); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFollowup, err)
 	}
 	t := *turn
 	t.ToolCalls = append([]ToolCall(nil), turn.ToolCalls...)
@@ -168,7 +181,11 @@ func pairResults(t *Turn, generated []bool, results []ToolResult) ([]ToolResult,
 func chatFollowupItems(t *Turn, results []ToolResult, userText string) [][]byte {
 	var items [][]byte
 	if t.Text != "" || len(t.ToolCalls) > 0 {
-		b := []byte(`{"role":"assistant","content":`)
+		b := []byte(`{"role":"assistant",`)
+		if extra := t.fields(); extra != "" {
+			b = append(append(b, extra...), ',')
+		}
+		b = append(b, `"content":`...)
 		if t.Text == "" {
 			b = append(b, "null"...)
 		} else {
@@ -208,21 +225,29 @@ func chatFollowupItems(t *Turn, results []ToolResult, userText string) [][]byte 
 
 func responsesFollowupItems(t *Turn, results []ToolResult, userText string) [][]byte {
 	var items [][]byte
-	// Item ids are left out: with store=false the provider cannot resolve
-	// them, and they are optional on input items.
-	if t.Text != "" {
-		b := []byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`)
-		b = reqscan.AppendQuote(b, t.Text)
-		items = append(items, append(b, "}]}"...))
-	}
-	for _, c := range t.ToolCalls {
-		b := []byte(`{"type":"function_call","call_id":`)
-		b = reqscan.AppendQuote(b, c.ID)
-		b = append(b, `,"name":`...)
-		b = reqscan.AppendQuote(b, c.Name)
-		b = append(b, `,"arguments":`...)
-		b = reqscan.AppendQuote(b, argumentsOrEmpty(c.Arguments))
-		items = append(items, append(b, '}'))
+	// Item ids of messages and calls are left out: with store=false the
+	// provider cannot resolve them, and they are optional on input items.
+	// Raw items (reasoning) go back exactly as received.
+	if t.Text != "" || len(t.ToolCalls) > 0 {
+		for _, seg := range t.segments() {
+			switch seg.kind {
+			case ItemRaw:
+				items = append(items, []byte(seg.raw))
+			case ItemText:
+				b := []byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":`)
+				b = reqscan.AppendQuote(b, t.Text)
+				items = append(items, append(b, "}]}"...))
+			case ItemToolCall:
+				c := t.ToolCalls[seg.call]
+				b := []byte(`{"type":"function_call","call_id":`)
+				b = reqscan.AppendQuote(b, c.ID)
+				b = append(b, `,"name":`...)
+				b = reqscan.AppendQuote(b, c.Name)
+				b = append(b, `,"arguments":`...)
+				b = reqscan.AppendQuote(b, argumentsOrEmpty(c.Arguments))
+				items = append(items, append(b, '}'))
+			}
+		}
 	}
 	for _, res := range results {
 		b := []byte(`{"type":"function_call_output","call_id":`)
@@ -239,23 +264,25 @@ func responsesFollowupItems(t *Turn, results []ToolResult, userText string) [][]
 
 func messagesFollowupItems(t *Turn, results []ToolResult, userText string) [][]byte {
 	b := []byte(`{"role":"assistant","content":[`)
-	n := 0
-	if t.Text != "" {
-		b = append(b, textBlock(reqscan.AppendQuote(nil, t.Text))...)
-		n++
-	}
-	for _, c := range t.ToolCalls {
-		if n > 0 {
+	for i, seg := range t.segments() {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"type":"tool_use","id":`...)
-		b = reqscan.AppendQuote(b, c.ID)
-		b = append(b, `,"name":`...)
-		b = reqscan.AppendQuote(b, c.Name)
-		b = append(b, `,"input":`...)
-		b = append(b, messagesInput(c.Arguments)...)
-		b = append(b, '}')
-		n++
+		switch seg.kind {
+		case ItemRaw:
+			b = append(b, seg.raw...) // thinking and its signature, exactly as received
+		case ItemText:
+			b = append(b, textBlock(reqscan.AppendQuote(nil, t.Text))...)
+		case ItemToolCall:
+			c := t.ToolCalls[seg.call]
+			b = append(b, `{"type":"tool_use","id":`...)
+			b = reqscan.AppendQuote(b, c.ID)
+			b = append(b, `,"name":`...)
+			b = reqscan.AppendQuote(b, c.Name)
+			b = append(b, `,"input":`...)
+			b = append(b, messagesInput(c.Arguments)...)
+			b = append(b, '}')
+		}
 	}
 	items := [][]byte{append(b, "]}"...)}
 	if len(results) == 0 && userText == "" {

@@ -101,7 +101,9 @@ type ResolveRequest struct {
 	// Request is the request body exactly as the provider received it
 	// (directives already stripped, time tag and tools injected).
 	Request json.RawMessage `json:"request"`
-	// Turn is the provider's answer in canonical form.
+	// Turn is the provider's answer in canonical form, with its provider
+	// items (thinking blocks, reasoning items) for the followups to replay
+	// (SPEC §1).
 	Turn *Turn `json:"turn"`
 	// ServerTools names the tools the filter withheld from the client.
 	ServerTools []string `json:"serverTools"`
@@ -121,7 +123,10 @@ type ResolveResponse struct {
 	// merges it after the original turn (llm.Merge / Splicer.Continue).
 	Continuation *Turn `json:"continuation,omitempty"`
 	// Reason says why the chain ended: "done", "client_tools", "max_hops",
-	// "max_duration", "repeated", "cancelled", "upstream_error".
+	// "max_duration", "repeated", "cancelled", "rejected" (a followup got
+	// 4xx), "upstream_error", "error". After a failed followup the
+	// continuation is the last good turn with a note appended to its text
+	// (SPEC §14), so Continued is true even when no followup came back.
 	Reason string `json:"reason,omitempty"`
 	// Hops is the number of followups sent.
 	Hops int `json:"hops"`

@@ -25,7 +25,12 @@ func RenderJSON(p Protocol, t *Turn) []byte {
 		b.key("created")
 		b = strconv.AppendInt(b, created, 10)
 		b.kstr("model", orDefault(t.Model, "unknown"))
-		b.raw(`,"choices":[{"index":0,"message":{"role":"assistant","content":`)
+		b.raw(`,"choices":[{"index":0,"message":{"role":"assistant",`)
+		if extra := t.fields(); extra != "" {
+			b.raw(extra) // reasoning_content and other provider extras
+			b.raw(`,`)
+		}
+		b.raw(`"content":`)
 		if t.Text == "" && len(t.ToolCalls) > 0 {
 			b.raw("null")
 		} else {
@@ -53,15 +58,19 @@ func RenderJSON(p Protocol, t *Turn) []byte {
 		b.chatUsage(t.Usage)
 		b.raw(`}`)
 	case Responses:
+		// Provider items (reasoning) keep their place and bytes; the text is
+		// one message item.
 		var items [][]byte
-		next := 0
-		if t.Text != "" {
-			items = append(items, responsesMessageItem(next, []string{t.Text}))
-			next++
-		}
-		for _, c := range t.ToolCalls {
-			items = append(items, responsesCallItem(next, callID(Responses, c.ID, next), c, "completed"))
-			next++
+		for next, seg := range t.segments() {
+			switch seg.kind {
+			case ItemRaw:
+				items = append(items, []byte(seg.raw))
+			case ItemText:
+				items = append(items, responsesMessageItem(next, []string{t.Text}))
+			case ItemToolCall:
+				c := t.ToolCalls[seg.call]
+				items = append(items, responsesCallItem(next, callID(Responses, c.ID, next), c, "completed"))
+			}
 		}
 		b.responsesObject(responsesMeta{id: t.ID, model: t.Model, created: created}, t.effectiveFinish(), items, t.Usage, true)
 	case Messages:
@@ -70,23 +79,25 @@ func RenderJSON(p Protocol, t *Turn) []byte {
 		b.raw(`,"type":"message","role":"assistant"`)
 		b.kstr("model", orDefault(t.Model, "unknown"))
 		b.raw(`,"content":[`)
-		n := 0
-		if t.Text != "" {
-			b.raw(`{"type":"text","text":`)
-			b.str(t.Text)
-			b.raw(`}`)
-			n++
-		}
-		for _, c := range t.ToolCalls {
+		for n, seg := range t.segments() {
 			if n > 0 {
 				b.raw(",")
 			}
-			b.raw(`{"type":"tool_use"`)
-			b.kstr("id", callID(Messages, c.ID, n))
-			b.kstr("name", c.Name)
-			b.kraw("input", messagesInput(c.Arguments))
-			b.raw(`}`)
-			n++
+			switch seg.kind {
+			case ItemRaw:
+				b.raw(seg.raw) // thinking and its signature, as the provider sent it
+			case ItemText:
+				b.raw(`{"type":"text","text":`)
+				b.str(t.Text)
+				b.raw(`}`)
+			case ItemToolCall:
+				c := t.ToolCalls[seg.call]
+				b.raw(`{"type":"tool_use"`)
+				b.kstr("id", callID(Messages, c.ID, n))
+				b.kstr("name", c.Name)
+				b.kraw("input", messagesInput(c.Arguments))
+				b.raw(`}`)
+			}
 		}
 		b.raw(`]`)
 		b.kstr("stop_reason", finishWire(Messages, t.effectiveFinish()))

@@ -3,8 +3,6 @@ package llm
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,18 +27,7 @@ const (
 )
 
 // clientBody returns the request body of a captured client request.
-func clientBody(t testing.TB, name string) string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "clients", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := gjson.GetBytes(raw, "body")
-	if !body.IsObject() {
-		t.Fatalf("%s: no body object", name)
-	}
-	return body.Raw
-}
+func clientText(t testing.TB, name string) string { return string(clientText(t, name)) }
 
 // jset sets path to a string value; jraw sets it to raw JSON. A path
 // ending in ".-1" appends to an array.
@@ -78,11 +65,11 @@ type dirAt struct {
 func TestNewUserInputBoundary(t *testing.T) {
 	// Claude Code: the typed text is the second text block of the first
 	// user message; a role:"system" message follows it.
-	ccT1 := typed(t, clientBody(t, ccTurn1), "messages.0.content.1.text", dirStop)
-	ccRT := typed(t, clientBody(t, ccRoundtrip), "messages.0.content.1.text", dirStop)
+	ccT1 := typed(t, clientText(t, ccTurn1), "messages.0.content.1.text", dirStop)
+	ccRT := typed(t, clientText(t, ccRoundtrip), "messages.0.content.1.text", dirStop)
 	// Codex: two developer messages, the environment context (a user
 	// message), then the typed text.
-	cxT1 := typed(t, clientBody(t, cxTurn1), "input.3.content.0.text", dirStop)
+	cxT1 := typed(t, clientText(t, cxTurn1), "input.3.content.0.text", dirStop)
 	reasoning := `{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB"}`
 	cxAnswer := `{"type":"message","role":"assistant","id":"msg_1","status":"completed","content":[{"type":"output_text","text":"hello","annotations":[]}]}`
 	cxCall := `{"type":"function_call","id":"fc_1","name":"exec_command","arguments":"{\"cmd\":\"echo hi\"}","call_id":"call_1"}`
@@ -96,7 +83,7 @@ func TestNewUserInputBoundary(t *testing.T) {
 		want    []dirAt
 		removed int
 	}{
-		{name: "claude code turn 1 as captured", proto: Messages, body: clientBody(t, ccTurn1), first: 0},
+		{name: "claude code turn 1 as captured", proto: Messages, body: clientText(t, ccTurn1), first: 0},
 		{name: "claude code turn 1, directive typed (system message follows)", proto: Messages, body: ccT1,
 			first: 0, want: []dirAt{{dirStop, 0}}, removed: 1},
 		{name: "claude code: a trailing system message is not user text", proto: Messages,
@@ -117,7 +104,7 @@ func TestNewUserInputBoundary(t *testing.T) {
 			body:  `{"messages":[{"role":"user","content":"` + strings.ReplaceAll(dirStop, `"`, `\"`) + `json please"},{"role":"assistant","content":"{"}]}`,
 			first: 0, want: []dirAt{{dirStop, 0}}, removed: 1},
 
-		{name: "codex turn 1 as captured", proto: Responses, body: clientBody(t, cxTurn1), first: 2},
+		{name: "codex turn 1 as captured", proto: Responses, body: clientText(t, cxTurn1), first: 2},
 		{name: "codex turn 1, directive typed", proto: Responses, body: cxT1,
 			first: 2, want: []dirAt{{dirStop, 1}}, removed: 1},
 		{name: "codex turn 2", proto: Responses,
@@ -290,10 +277,10 @@ func newInputOracle(p Protocol, body []byte) (first int, dirs []dirAt) {
 // three client captures with directives typed in, and the request seeds.
 func FuzzNewUserInput(f *testing.F) {
 	seed := func(p Protocol, body string) { f.Add(uint8(p-Chat), []byte(body)) }
-	cc := typed(f, clientBody(f, ccTurn1), "messages.0.content.1.text", dirStop)
+	cc := typed(f, clientText(f, ccTurn1), "messages.0.content.1.text", dirStop)
 	seed(Messages, cc)
-	seed(Messages, typed(f, clientBody(f, ccRoundtrip), "messages.0.content.1.text", dirClock))
-	cx := typed(f, clientBody(f, cxTurn1), "input.3.content.0.text", dirStop)
+	seed(Messages, typed(f, clientText(f, ccRoundtrip), "messages.0.content.1.text", dirClock))
+	cx := typed(f, clientText(f, cxTurn1), "input.3.content.0.text", dirStop)
 	seed(Responses, cx)
 	seed(Responses, jraw(f, cx, "input.-1", `{"type":"reasoning","summary":[]}`, `{"type":"message","role":"assistant","content":[]}`,
 		`{"role":"user","content":[{"type":"input_text","text":"<**route:x**>"}]}`))

@@ -67,6 +67,9 @@ func parseChatResponse(root gjson.Result) (*Turn, error) {
 	if fc := msg.Get("function_call"); fc.IsObject() && len(t.ToolCalls) == 0 {
 		t.ToolCalls = append(t.ToolCalls, ToolCall{Name: fc.Get("name").String(), Arguments: fc.Get("arguments").String()})
 	}
+	if extra := chatExtraFields(msg); extra != "" {
+		t.Items = []Item{{Kind: ItemFields, Raw: extra}}
+	}
 	raw := choice.Get("finish_reason").String()
 	t.Finish = Finish{Reason: classifyFinish(Chat, raw), Raw: raw}
 	u := root.Get("usage")
@@ -77,17 +80,25 @@ func parseChatResponse(root gjson.Result) (*Turn, error) {
 func parseResponsesResponse(root gjson.Result) (*Turn, error) {
 	t := &Turn{ID: root.Get("id").String(), Model: root.Get("model").String()}
 	var text strings.Builder
+	var items itemList
 	for _, item := range root.Get("output").Array() {
 		switch item.Get("type").String() {
 		case "message":
 			text.WriteString(partsText(item.Get("content"), "output_text"))
+			items.addText()
 		case "function_call":
 			t.ToolCalls = append(t.ToolCalls, ToolCall{
 				ID: item.Get("call_id").String(), Name: item.Get("name").String(), Arguments: item.Get("arguments").String(),
 			})
+			items.addCall()
+		default:
+			if item.IsObject() {
+				items.addRaw(item.Raw) // reasoning (with encrypted_content), unknown types
+			}
 		}
 	}
 	t.Text = text.String()
+	t.Items = items.result()
 	t.Finish = responsesFinish(root, len(t.ToolCalls) > 0)
 	u := root.Get("usage")
 	t.Usage = Usage{InputTokens: int(u.Get("input_tokens").Int()), OutputTokens: int(u.Get("output_tokens").Int())}
@@ -123,24 +134,67 @@ func parseMessagesResponse(root gjson.Result) (*Turn, error) {
 	}
 	t := &Turn{ID: root.Get("id").String(), Model: root.Get("model").String()}
 	var text strings.Builder
+	var items itemList
 	for _, block := range root.Get("content").Array() {
 		switch block.Get("type").String() {
 		case "text":
 			text.WriteString(block.Get("text").String())
+			items.addText()
 		case "tool_use":
 			args := block.Get("input").Raw
 			if args == "" {
 				args = "{}"
 			}
 			t.ToolCalls = append(t.ToolCalls, ToolCall{ID: block.Get("id").String(), Name: block.Get("name").String(), Arguments: args})
+			items.addCall()
+		default:
+			if block.IsObject() {
+				items.addRaw(block.Raw) // thinking (with signature), redacted_thinking, server_tool_use, unknown types
+			}
 		}
 	}
 	t.Text = text.String()
+	t.Items = items.result()
 	raw := root.Get("stop_reason").String()
 	t.Finish = Finish{Reason: classifyFinish(Messages, raw), Raw: raw}
 	u := root.Get("usage")
 	t.Usage = Usage{InputTokens: int(u.Get("input_tokens").Int()), OutputTokens: int(u.Get("output_tokens").Int())}
 	return t, nil
+}
+
+// chatMessageMembers are the members of a Chat assistant message that the
+// Turn models or that OpenAI returns but does not accept back; any other
+// non-null member is a provider extra (reasoning_content, …).
+var chatMessageMembers = map[string]bool{
+	"role": true, "content": true, "tool_calls": true, "function_call": true,
+	"refusal": true, "annotations": true, "audio": true,
+}
+
+// chatExtraFields returns msg's provider extras as a JSON object with each
+// member's bytes as sent, or "" when there are none.
+func chatExtraFields(msg gjson.Result) string {
+	if !msg.IsObject() {
+		return "" // ForEach would yield the value itself, with no key
+	}
+	var b []byte
+	msg.ForEach(func(k, v gjson.Result) bool {
+		if chatMessageMembers[k.String()] || v.Type == gjson.Null {
+			return true
+		}
+		if b == nil {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, k.Raw...)
+		b = append(b, ':')
+		b = append(b, v.Raw...)
+		return true
+	})
+	if b == nil {
+		return ""
+	}
+	return string(append(b, '}'))
 }
 
 // partsText returns v if it is a string, or the concatenated text of the

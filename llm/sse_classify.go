@@ -102,6 +102,9 @@ func (s *classifyState) chat(root gjson.Result, ev *Event) {
 			}
 			ev.Calls = append(ev.Calls, cd)
 		}
+		if extra := chatExtraFields(delta); extra != "" {
+			ev.PartKind, ev.Part = PartFields, extra
+		}
 		if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
 			ev.Kind |= KindFinish
 			ev.Finish = Finish{Reason: classifyFinish(Chat, fr.Str), Raw: fr.Str}
@@ -141,6 +144,16 @@ func (s *classifyState) responses(root gjson.Result, ev *Event) {
 			}
 			ev.Calls = []CallDelta{cd}
 		}
+	case "response.output_item.done":
+		switch item := root.Get("item"); item.Get("type").String() {
+		case "message":
+			ev.Kind |= KindTextEnd
+		case "function_call":
+		default:
+			if item.IsObject() {
+				ev.PartKind, ev.Part = PartItemDone, item.Raw
+			}
+		}
 	case "response.output_text.delta":
 		if d := root.Get("delta").String(); d != "" {
 			ev.Kind |= KindTextDelta
@@ -154,10 +167,6 @@ func (s *classifyState) responses(root gjson.Result, ev *Event) {
 	case "response.output_text.done", "response.content_part.done":
 		// Content parts exist only in message items.
 		ev.Kind |= KindTextEnd
-	case "response.output_item.done":
-		if root.Get("item.type").String() == "message" {
-			ev.Kind |= KindTextEnd
-		}
 	case "response.completed", "response.incomplete", "response.failed":
 		resp := root.Get("response")
 		hasCalls := false
@@ -218,6 +227,10 @@ func (s *classifyState) messages(root gjson.Result, ev *Event) {
 				ev.Kind |= KindTextDelta
 				ev.Text = t
 			}
+		default:
+			if block.IsObject() {
+				ev.PartKind, ev.Part = PartBlockStart, block.Raw
+			}
 		}
 	case "content_block_stop":
 		if slices.Contains(s.textBlocks, ev.Index) {
@@ -235,6 +248,10 @@ func (s *classifyState) messages(root gjson.Result, ev *Event) {
 			if a := delta.Get("partial_json").String(); a != "" {
 				ev.Kind |= KindToolCallArgs
 				ev.Calls = []CallDelta{{Index: ev.Index, Arguments: a}}
+			}
+		default:
+			if delta.IsObject() {
+				ev.PartKind, ev.Part = PartBlockDelta, delta.Raw
 			}
 		}
 	case "message_delta":

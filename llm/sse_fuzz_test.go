@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -49,7 +50,11 @@ func fuzzStreamReader(t *testing.T, p Protocol, data []byte, split uint16) {
 	for _, ev := range one {
 		b.Add(ev)
 	}
-	_ = b.Turn()
+	// Provider items rebuilt from deltas must be valid JSON objects, since
+	// followups replay them verbatim (SPEC §1).
+	if err := b.Turn().CheckItems(); err != nil {
+		t.Fatalf("turn items: %v", err)
+	}
 }
 
 func FuzzStreamReaderChat(f *testing.F) {
@@ -104,7 +109,39 @@ func FuzzParseResponse(f *testing.F) {
 		if len(again.ToolCalls) != len(turn.ToolCalls) {
 			t.Fatalf("tool calls %d became %d", len(turn.ToolCalls), len(again.ToolCalls))
 		}
+		// Provider items are valid, survive rendering, and a followup that
+		// replays them is valid JSON (SPEC §1).
+		if err := turn.CheckItems(); err != nil {
+			t.Fatalf("items: %v", err)
+		}
+		if rawCount(again) != rawCount(turn) {
+			t.Fatalf("raw items %d became %d\n%s", rawCount(turn), rawCount(again), out)
+		}
+		req := map[Protocol]string{Chat: `{"messages":[{"role":"user","content":"x"}]}`,
+			Responses: `{"input":[]}`, Messages: `{"messages":[{"role":"user","content":"x"}]}`}[p]
+		var results []ToolResult
+		for _, c := range turn.ToolCalls {
+			results = append(results, ToolResult{CallID: c.ID, Name: c.Name, Output: "ok"})
+		}
+		if fu, err := BuildFollowup(p, []byte(req), turn, results, "go on"); err != nil {
+			if !errors.Is(err, ErrFollowup) {
+				t.Fatalf("followup: %v", err)
+			}
+		} else if !json.Valid(fu) {
+			t.Fatalf("followup is not JSON:\n%s", fu)
+		}
 	})
+}
+
+// rawCount counts a turn's ItemRaw entries.
+func rawCount(t *Turn) int {
+	n := 0
+	for _, it := range t.Items {
+		if it.Kind == ItemRaw {
+			n++
+		}
+	}
+	return n
 }
 
 // BenchmarkStreamReader measures SSE reader throughput on a long stream fed

@@ -65,7 +65,33 @@ type Event struct {
 	Finish       Finish      // with KindFinish
 	Usage        Usage       // with KindUsage
 	ErrorMessage string      // with KindError
+
+	// Part is provider content other than text and tool calls, as JSON
+	// text, for TurnBuilder (SPEC §1: provider content is replayed
+	// verbatim); PartKind says what it is. It adds no Kind.
+	PartKind PartKind
+	Part     string
 }
+
+// PartKind says what an Event's Part holds.
+type PartKind uint8
+
+const (
+	PartNone PartKind = iota
+	// PartBlockStart: Messages content_block_start of a block other than
+	// text and tool_use (thinking, redacted_thinking, server_tool_use, …);
+	// Part is the content_block.
+	PartBlockStart
+	// PartBlockDelta: Messages content_block_delta other than text_delta and
+	// input_json_delta (thinking_delta, signature_delta, …); Part is the delta.
+	PartBlockDelta
+	// PartItemDone: Responses response.output_item.done of an item other
+	// than message and function_call (reasoning, …); Part is the item.
+	PartItemDone
+	// PartFields: Chat delta members other than role, content, tool_calls,
+	// function_call, refusal (reasoning_content, …); Part is an object of them.
+	PartFields
+)
 
 // CallDelta is one tool call fragment within an event.
 type CallDelta struct {

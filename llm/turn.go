@@ -15,6 +15,10 @@ type Turn struct {
 	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
 	Finish    Finish     `json:"finish"`
 	Usage     Usage      `json:"usage"`
+	// Items is the provider's content in order when it holds more than text
+	// and tool calls (SPEC §1: provider content is replayed verbatim); nil
+	// otherwise.
+	Items []Item `json:"items,omitempty"`
 }
 
 // ToolCall is one function call requested by the model. Arguments is JSON
@@ -168,8 +172,10 @@ func finishWire(p Protocol, f Finish) string {
 // Merge folds a continuation into the original turn as SPEC §1 prescribes for
 // JSON responses: text from both turns, the continuation's tool calls and
 // finish, usage summed, and the original's id and model. Two non-empty texts
-// are joined with a blank line unless the boundary already has a newline; the
-// SSE splicer uses the same rule, so both paths give the client equal text.
+// are joined as JoinText does; the SSE splicer uses the same rule, so both
+// paths give the client equal text. Provider items (thinking blocks,
+// reasoning items) of both turns stay in order: the original's in their
+// place around the one text block, then the continuation's.
 func Merge(orig, cont *Turn) *Turn {
 	if orig == nil {
 		orig = &Turn{}
@@ -180,10 +186,11 @@ func Merge(orig, cont *Turn) *Turn {
 	out := &Turn{
 		ID:        orig.ID,
 		Model:     orig.Model,
-		Text:      orig.Text + textSeparator(orig.Text, cont.Text) + cont.Text,
+		Text:      JoinText(orig.Text, cont.Text),
 		ToolCalls: slices.Clone(cont.ToolCalls),
 		Finish:    cont.Finish,
 		Usage:     orig.Usage.Add(cont.Usage),
+		Items:     mergeItems(orig, cont),
 	}
 	if out.ID == "" {
 		out.ID = cont.ID
@@ -193,6 +200,10 @@ func Merge(orig, cont *Turn) *Turn {
 	}
 	return out
 }
+
+// JoinText joins the original text a and the continuation b with a blank
+// line, unless either is empty or the boundary already has a newline.
+func JoinText(a, b string) string { return a + textSeparator(a, b) + b }
 
 // textSeparator is what goes between the original text a and continuation b.
 func textSeparator(a, b string) string {

@@ -1,6 +1,11 @@
 package llm
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
 
 // TurnBuilder folds a stream's Events into a Turn, the way a client SDK
 // accumulates a streamed message. Its zero value is ready to use.
@@ -14,6 +19,29 @@ type TurnBuilder struct {
 	usage      Usage
 	terminated bool
 	errMsg     string
+
+	// Provider content other than text and tool calls (SPEC §1).
+	items  itemList
+	blocks map[int]*rawBlock // Messages: content block index -> block in progress
+	fields []streamField     // Chat: extra delta members, in first-seen order
+}
+
+// rawBlock is a Messages content block other than text and tool_use, as
+// content_block_start gave it plus what its deltas added.
+type rawBlock struct {
+	pos       int    // its entry in items
+	start     string // the content_block of content_block_start
+	appended  []streamField
+	input     []byte   // input_json_delta pieces (server_tool_use)
+	citations []string // citations_delta citations
+}
+
+// streamField is one member accumulated from deltas: string pieces are
+// concatenated; any other value replaces the previous one.
+type streamField struct {
+	name string
+	str  []byte // the concatenated string pieces
+	raw  string // a non-string value; "" while the value is a string
 }
 
 // Add folds one event into the turn.
@@ -28,8 +56,14 @@ func (b *TurnBuilder) Add(ev Event) {
 	}
 	if ev.Kind.Has(KindTextDelta) {
 		b.text.WriteString(ev.Text)
+		b.items.addText()
 	}
+	b.addPart(ev)
 	for _, c := range ev.Calls {
+		if blk := b.blocks[c.Index]; blk != nil && ev.Type == "content_block_delta" {
+			blk.input = append(blk.input, c.Arguments...) // server_tool_use input
+			continue
+		}
 		pos, ok := b.byIndex[c.Index]
 		if !ok || (ev.Kind.Has(KindToolCallStart) && c.ID != "" && b.calls[pos].ID != "" && b.calls[pos].ID != c.ID) {
 			if b.byIndex == nil {
@@ -39,6 +73,7 @@ func (b *TurnBuilder) Add(ev Event) {
 			b.byIndex[c.Index] = pos
 			b.calls = append(b.calls, ToolCall{})
 			b.args = append(b.args, nil)
+			b.items.addCall()
 		}
 		if c.ID != "" {
 			b.calls[pos].ID = c.ID
@@ -82,5 +117,153 @@ func (b *TurnBuilder) Turn() *Turn {
 			t.ToolCalls[i] = c
 		}
 	}
+	t.Items = b.turnItems()
 	return t
+}
+
+// addPart folds an event's provider content into the items (SPEC §1:
+// thinking and signature deltas, whole redacted_thinking blocks, Responses
+// reasoning items, Chat reasoning_content).
+func (b *TurnBuilder) addPart(ev Event) {
+	switch ev.PartKind {
+	case PartBlockStart:
+		if b.blocks == nil {
+			b.blocks = make(map[int]*rawBlock)
+		}
+		b.blocks[ev.Index] = &rawBlock{pos: len(b.items.items), start: ev.Part}
+		b.items.addRaw(ev.Part)
+	case PartBlockDelta:
+		blk := b.blocks[ev.Index]
+		if blk == nil {
+			return // a delta of a text or tool_use block (citations, …), or of no block
+		}
+		d := gjson.Parse(ev.Part)
+		if c := d.Get("citation"); d.Get("type").String() == "citations_delta" && c.Exists() {
+			blk.citations = append(blk.citations, c.Raw)
+			return
+		}
+		d.ForEach(func(k, v gjson.Result) bool {
+			if k.Str != "type" && v.Type == gjson.String && plainKey(k.Str) {
+				accumulate(&blk.appended, k.Str, v)
+			}
+			return true
+		})
+	case PartItemDone:
+		b.items.addRaw(ev.Part)
+	case PartFields:
+		gjson.Parse(ev.Part).ForEach(func(k, v gjson.Result) bool {
+			accumulate(&b.fields, k.String(), v)
+			return true
+		})
+	}
+}
+
+// accumulate adds v to the field name of fs: strings concatenate, other
+// values replace.
+func accumulate(fs *[]streamField, name string, v gjson.Result) {
+	var f *streamField
+	for i := range *fs {
+		if (*fs)[i].name == name {
+			f = &(*fs)[i]
+			break
+		}
+	}
+	if f == nil {
+		*fs = append(*fs, streamField{name: name})
+		f = &(*fs)[len(*fs)-1]
+	}
+	if v.Type == gjson.String {
+		if f.raw != "" {
+			f.raw = ""
+			f.str = f.str[:0]
+		}
+		f.str = append(f.str, v.Str...)
+		return
+	}
+	f.str = f.str[:0]
+	f.raw = v.Raw
+}
+
+// plainKey reports whether k can be used as an sjson path as is.
+func plainKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// turnItems returns the items with every raw block completed by its deltas.
+func (b *TurnBuilder) turnItems() []Item {
+	if len(b.fields) == 0 && !hasProviderItems(b.items.items) {
+		return nil
+	}
+	items := make([]Item, 0, len(b.items.items)+1)
+	if len(b.fields) > 0 {
+		items = append(items, Item{Kind: ItemFields, Raw: fieldsObject(b.fields)})
+	}
+	base := len(items)
+	items = append(items, b.items.items...)
+	for _, blk := range b.blocks {
+		items[base+blk.pos].Raw = blk.json()
+	}
+	return compactItems(items)
+}
+
+// json is the block as a non-streaming response would hold it: the start
+// block with each streamed member set to its start value plus the deltas.
+func (blk *rawBlock) json() string {
+	out := blk.start
+	for i := range blk.appended {
+		f := &blk.appended[i]
+		prev := gjson.Get(out, f.name)
+		val := string(f.str)
+		if prev.Type == gjson.String {
+			val = prev.Str + val
+		}
+		// SetRaw with the package's own quoting: sjson would escape <, > and &.
+		if s, err := sjson.SetRaw(out, f.name, string(appendQuoted(nil, val))); err == nil {
+			out = s
+		}
+	}
+	if len(blk.input) > 0 && gjson.ValidBytes(blk.input) {
+		if s, err := sjson.SetRaw(out, "input", string(blk.input)); err == nil {
+			out = s
+		}
+	}
+	if len(blk.citations) > 0 {
+		var all []string
+		gjson.Get(out, "citations").ForEach(func(_, c gjson.Result) bool {
+			all = append(all, c.Raw)
+			return true
+		})
+		all = append(all, blk.citations...)
+		if s, err := sjson.SetRaw(out, "citations", "["+strings.Join(all, ",")+"]"); err == nil {
+			out = s
+		}
+	}
+	return out
+}
+
+// fieldsObject renders accumulated fields as one JSON object.
+func fieldsObject(fs []streamField) string {
+	b := []byte{'{'}
+	for i := range fs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendQuoted(b, fs[i].name)
+		b = append(b, ':')
+		if fs[i].raw != "" {
+			b = append(b, fs[i].raw...)
+		} else {
+			b = appendQuoted(b, string(fs[i].str))
+		}
+	}
+	return string(append(b, '}'))
 }

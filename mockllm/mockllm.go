@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,13 @@ type Reply struct {
 	DelayMs int `json:"delayMs,omitempty"`
 	// ChunkDelayMs waits between SSE events, so streaming is observable.
 	ChunkDelayMs int `json:"chunkDelayMs,omitempty"`
+	// EventDelaysMs[i] waits before the i-th SSE event (0 is the first),
+	// instead of ChunkDelayMs for that event.
+	EventDelaysMs []int `json:"eventDelaysMs,omitempty"`
+	// Thinking starts the reply with reasoning: Messages a signed thinking
+	// block, Responses a reasoning item (with encrypted_content when the
+	// request includes reasoning.encrypted_content), Chat reasoning_content.
+	Thinking string `json:"thinking,omitempty"`
 	// Status, when 400 or more, answers with a provider-shaped error.
 	Status int `json:"status,omitempty"`
 	// Error is the message of that error.
@@ -60,19 +68,60 @@ type RecordedRequest struct {
 	Headers    map[string]string `json:"headers"` // lower-case names; repeated values joined with ", "
 	Body       string            `json:"body"`    // the raw body bytes
 	ReceivedAt time.Time         `json:"receivedAt"`
+	// Status is the HTTP status the mock answered (0 while undecided or
+	// when the client went away first).
+	Status int `json:"status,omitempty"`
+	// Rejection is why the mock refused the request as the real provider
+	// would (SPEC §12); it is also sent in the RejectionHeader.
+	Rejection string `json:"rejection,omitempty"`
 }
+
+// RejectionHeader carries the reason on a response to a rejected request.
+const RejectionHeader = "X-Mock-Rejection"
+
+// Clock is the time source of delays, so tests can run them without
+// sleeping. The default is real time.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Server is the mock provider. It is an http.Handler; the zero value is not
 // usable, use New.
 type Server struct {
+	// Clock times delayMs, chunkDelayMs and eventDelaysMs and stamps
+	// ReceivedAt; nil means real time. Set it before serving.
+	Clock Clock
+
 	mu       sync.Mutex
 	queue    []Reply
-	requests []RecordedRequest
+	requests []*RecordedRequest
 	served   int
+	idSeq    int
+	// What the mock issued, for the rules that depend on it (SPEC §12).
+	issuedToolUse map[string]bool     // Messages tool_use id → came with a thinking block
+	issuedFC      map[string]string   // Responses function_call item id → its reasoning item id ("" if none)
+	issuedRS      map[string]bool     // Responses reasoning item ids
+	responseCalls map[string][]string // Responses response id → call_ids of its function calls
 }
 
 // New returns an empty mock provider.
-func New() *Server { return &Server{} }
+func New() *Server {
+	return &Server{issuedToolUse: map[string]bool{}, issuedFC: map[string]string{},
+		issuedRS: map[string]bool{}, responseCalls: map[string][]string{}}
+}
+
+func (s *Server) clock() Clock {
+	if s.Clock == nil {
+		return realClock{}
+	}
+	return s.Clock
+}
 
 // Script queues replies, consumed in order by the next provider requests.
 func (s *Server) Script(replies ...Reply) {
@@ -85,7 +134,11 @@ func (s *Server) Script(replies ...Reply) {
 func (s *Server) Requests() []RecordedRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]RecordedRequest{}, s.requests...)
+	out := make([]RecordedRequest, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = *r
+	}
+	return out
 }
 
 // ListenAndServe serves on addr (DefaultAddr if empty) until ctx ends.
@@ -122,6 +175,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // ServeHTTP routes the control endpoints and the three provider paths.
+// A provider request the real API would refuse gets its 400 without
+// consuming a scripted reply (SPEC §12); it is recorded all the same.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/__mock/script":
@@ -136,55 +191,142 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": map[string]string{"message": err.Error()}})
 		return
 	}
-	s.record(r, body)
+	rec := s.record(r, body)
 	p := llm.DetectProtocol(r.URL.Path)
 	if p == llm.Unknown {
-		writeError(w, p, http.StatusNotFound, "mockllm: no such endpoint "+r.URL.Path)
+		s.finish(rec, http.StatusNotFound, "")
+		writeError(w, p, &Rejection{Status: http.StatusNotFound, Message: "mockllm: no such endpoint " + r.URL.Path})
 		return
 	}
 	if r.Method != http.MethodPost {
+		s.finish(rec, http.StatusMethodNotAllowed, "")
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, p, http.StatusMethodNotAllowed, "mockllm: use POST")
+		writeError(w, p, &Rejection{Status: http.StatusMethodNotAllowed, Message: "mockllm: use POST"})
 		return
 	}
-	reply, n := s.next()
-	if !sleep(r.Context(), reply.DelayMs) {
-		return // the client went away
+	if rej := s.Validate(p, body); rej != nil {
+		s.finish(rec, rej.Status, rej.Message)
+		w.Header().Set(RejectionHeader, headerSafe(rej.Message))
+		writeError(w, p, rej)
+		return
+	}
+	reply, pl := s.next(p, body)
+	if !s.sleep(r.Context(), reply.DelayMs) {
+		return // the client went away; Status stays 0
 	}
 	if reply.Status >= 400 {
 		msg := reply.Error
 		if msg == "" {
 			msg = fmt.Sprintf("mockllm: scripted status %d", reply.Status)
 		}
-		writeError(w, p, reply.Status, msg)
+		s.finish(rec, reply.Status, "")
+		writeError(w, p, &Rejection{Status: reply.Status, Message: msg})
 		return
 	}
-	turn := buildTurn(p, reply, n, body)
+	s.finish(rec, http.StatusOK, "")
 	if gjson.GetBytes(body, "stream").Bool() {
-		opts := llm.RenderOptions{ChatUsage: gjson.GetBytes(body, "stream_options.include_usage").Bool()}
-		streamSSE(w, r, p, llm.RenderSSE(p, turn, opts), reply.ChunkDelayMs)
+		s.streamSSE(w, r, pl.renderSSE(), reply)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(llm.RenderJSON(p, turn))
+	_, _ = w.Write(pl.renderJSON())
+}
+
+// headerSafe keeps a message within what an HTTP header value may hold.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r > 0x7e {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 // next pops the next scripted reply, or the default text "ok" with finish
-// stop (SPEC §12), and returns the 1-based number of the reply.
-func (s *Server) next() (Reply, int) {
+// stop (SPEC §12), plans its rendering and remembers what it issues.
+func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served++
-	if len(s.queue) == 0 {
-		return Reply{Text: "ok", Finish: "stop"}, s.served
+	r := Reply{Text: "ok", Finish: "stop"}
+	if len(s.queue) > 0 {
+		r = s.queue[0]
+		s.queue = s.queue[1:]
 	}
-	r := s.queue[0]
-	s.queue = s.queue[1:]
-	return r, s.served
+	if r.Status >= 400 {
+		return r, nil
+	}
+	return r, s.plan(p, r, s.served, body)
 }
 
-func (s *Server) record(r *http.Request, body []byte) {
+// plan builds the turn of the n-th response with realistic ids and
+// records the ids the validator later checks replays against. The caller
+// holds s.mu.
+func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
+	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
+	if t.Model == "" {
+		t.Model = "mock-model"
+	}
+	pl := &plan{p: p, turn: t, thinking: r.Thinking,
+		opts: llm.RenderOptions{ChatUsage: gjson.GetBytes(reqBody, "stream_options.include_usage").Bool()}}
+	switch p {
+	case llm.Chat:
+		t.ID = fmt.Sprintf("chatcmpl-mock%d", n)
+	case llm.Responses:
+		t.ID = fmt.Sprintf("resp_mock%d", n)
+		pl.msgID = s.newID("msg")
+		if r.Thinking != "" {
+			pl.rsID = s.newID("rs")
+			s.issuedRS[pl.rsID] = true
+			for _, inc := range gjson.GetBytes(reqBody, "include").Array() {
+				if inc.String() == "reasoning.encrypted_content" {
+					pl.blob = reasoningBlob(pl.rsID)
+				}
+			}
+		}
+	default:
+		t.ID = fmt.Sprintf("msg_mock%d", n)
+		if r.Thinking != "" {
+			pl.sig = thinkingSignature(r.Thinking)
+		}
+	}
+	out := len(r.Text) + len(r.Thinking)
+	var callIDs []string
+	for _, c := range r.ToolCalls {
+		args, _ := c.argumentsText()
+		id := c.ID
+		if id == "" {
+			id = s.newID(map[bool]string{true: "toolu", false: "call"}[p == llm.Messages])
+		}
+		switch p {
+		case llm.Messages:
+			s.issuedToolUse[id] = r.Thinking != ""
+		case llm.Responses:
+			fc := s.newID("fc")
+			pl.fcIDs = append(pl.fcIDs, fc)
+			s.issuedFC[fc] = pl.rsID
+		}
+		callIDs = append(callIDs, id)
+		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
+		out += len(c.Name) + len(args)
+	}
+	if p == llm.Responses {
+		s.responseCalls[t.ID] = callIDs
+	}
+	if r.Finish != "" {
+		t.Finish = llm.ParseFinish(r.Finish)
+	}
+	if r.Usage != nil {
+		t.Usage = *r.Usage
+	} else {
+		// About four bytes per token, like real tokenizers on English text.
+		t.Usage = llm.Usage{InputTokens: len(reqBody)/4 + 1, OutputTokens: out/4 + 1}
+	}
+	return pl
+}
+
+func (s *Server) record(r *http.Request, body []byte) *RecordedRequest {
 	headers := make(map[string]string, len(r.Header)+1)
 	for name, values := range r.Header {
 		headers[strings.ToLower(name)] = strings.Join(values, ", ")
@@ -192,9 +334,17 @@ func (s *Server) record(r *http.Request, body []byte) {
 	if r.Host != "" {
 		headers["host"] = r.Host
 	}
-	rec := RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: time.Now()}
+	rec := &RecordedRequest{Method: r.Method, Path: r.URL.RequestURI(), Headers: headers, Body: string(body), ReceivedAt: s.clock().Now()}
 	s.mu.Lock()
 	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	return rec
+}
+
+// finish records how the mock answered a recorded request.
+func (s *Server) finish(rec *RecordedRequest, status int, rejection string) {
+	s.mu.Lock()
+	rec.Status, rec.Rejection = status, rejection
 	s.mu.Unlock()
 }
 
@@ -272,7 +422,7 @@ func ParseScript(body []byte) ([]Reply, error) {
 		replies = []Reply{one}
 	}
 	for i, r := range replies {
-		if r.DelayMs < 0 || r.ChunkDelayMs < 0 {
+		if r.DelayMs < 0 || r.ChunkDelayMs < 0 || slices.ContainsFunc(r.EventDelaysMs, func(d int) bool { return d < 0 }) {
 			return nil, fmt.Errorf("mockllm: reply %d: negative delay", i)
 		}
 		if r.Status != 0 && (r.Status < 100 || r.Status > 599) {
@@ -310,64 +460,30 @@ func (c ToolCall) argumentsText() (string, error) {
 	return buf.String(), nil
 }
 
-// buildTurn turns a reply into the canonical turn of the n-th response.
-func buildTurn(p llm.Protocol, r Reply, n int, reqBody []byte) *llm.Turn {
-	t := &llm.Turn{Model: gjson.GetBytes(reqBody, "model").String(), Text: r.Text}
-	if t.Model == "" {
-		t.Model = "mock-model"
-	}
-	switch p {
-	case llm.Chat:
-		t.ID = fmt.Sprintf("chatcmpl-mock%d", n)
-	case llm.Responses:
-		t.ID = fmt.Sprintf("resp_mock%d", n)
-	default:
-		t.ID = fmt.Sprintf("msg_mock%d", n)
-	}
-	out := len(r.Text)
-	for i, c := range r.ToolCalls {
-		args, _ := c.argumentsText()
-		id := c.ID
-		if id == "" {
-			prefix := "call_mock"
-			if p == llm.Messages {
-				prefix = "toolu_mock"
-			}
-			id = fmt.Sprintf("%s%d_%d", prefix, n, i)
-		}
-		t.ToolCalls = append(t.ToolCalls, llm.ToolCall{ID: id, Name: c.Name, Arguments: args})
-		out += len(c.Name) + len(args)
-	}
-	if r.Finish != "" {
-		t.Finish = llm.ParseFinish(r.Finish)
-	}
-	if r.Usage != nil {
-		t.Usage = *r.Usage
-	} else {
-		// About four bytes per token, like real tokenizers on English text.
-		t.Usage = llm.Usage{InputTokens: len(reqBody)/4 + 1, OutputTokens: out/4 + 1}
-	}
-	return t
-}
-
-// streamSSE writes the rendered stream event by event, flushing each, with
-// an optional pause between events.
-func streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []byte, delayMs int) {
+// streamSSE writes the events one by one, flushing each, waiting before
+// event i eventDelaysMs[i] if given, else chunkDelayMs between events.
+func (s *Server) streamSSE(w http.ResponseWriter, r *http.Request, events [][]byte, reply Reply) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	reader := llm.NewStreamReader(p)
-	events, _ := reader.Feed(stream)
-	rest, _ := reader.Close()
-	events = append(events, rest...)
+	if flusher != nil {
+		flusher.Flush()
+	}
 	for i, ev := range events {
-		if i > 0 && !sleep(r.Context(), delayMs) {
+		delay := 0
+		switch {
+		case i < len(reply.EventDelaysMs):
+			delay = reply.EventDelaysMs[i]
+		case i > 0:
+			delay = reply.ChunkDelayMs
+		}
+		if !s.sleep(r.Context(), delay) {
 			return
 		}
-		if _, err := w.Write(ev.Raw); err != nil {
+		if _, err := w.Write(ev); err != nil {
 			return
 		}
 		if flusher != nil {
@@ -376,16 +492,14 @@ func streamSSE(w http.ResponseWriter, r *http.Request, p llm.Protocol, stream []
 	}
 }
 
-// sleep waits ms milliseconds unless ctx ends first; it reports whether the
-// wait completed.
-func sleep(ctx context.Context, ms int) bool {
+// sleep waits ms milliseconds on the server's clock unless ctx ends first;
+// it reports whether the wait completed.
+func (s *Server) sleep(ctx context.Context, ms int) bool {
 	if ms <= 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-s.clock().After(time.Duration(ms) * time.Millisecond):
 		return true
 	case <-ctx.Done():
 		return false
@@ -393,14 +507,38 @@ func sleep(ctx context.Context, ms int) bool {
 }
 
 // writeError answers with an error body shaped like the protocol's provider.
-func writeError(w http.ResponseWriter, p llm.Protocol, status int, msg string) {
+func writeError(w http.ResponseWriter, p llm.Protocol, rej *Rejection) {
 	if p == llm.Messages {
-		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]string{"type": errorType(status, p), "message": msg}})
+		var body struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		body.Type, body.Error.Type, body.Error.Message = "error", errorType(rej.Status, p), rej.Message
+		writeJSON(w, rej.Status, body)
 		return
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": errorType(status, p), "param": nil, "code": nil}})
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Param   any    `json:"param"`
+			Code    any    `json:"code"`
+		} `json:"error"`
+	}
+	body.Error.Message, body.Error.Type = rej.Message, errorType(rej.Status, p)
+	body.Error.Param, body.Error.Code = nullable(rej.Param), nullable(rej.Code)
+	writeJSON(w, rej.Status, body)
 }
 
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
 func errorType(status int, p llm.Protocol) string {
 	switch {
 	case status == http.StatusNotFound:

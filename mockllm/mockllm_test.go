@@ -1,15 +1,16 @@
 package mockllm
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,12 +42,26 @@ func readBody(t *testing.T, resp *http.Response) []byte {
 	return b
 }
 
+// validBody is a minimal request that p's provider accepts.
+func validBody(p llm.Protocol, stream bool) string {
+	s := map[bool]string{true: "true", false: "false"}[stream]
+	switch p {
+	case llm.Chat:
+		opts := ""
+		if stream { // OpenAI allows stream_options only on streaming requests
+			opts = `,"stream_options":{"include_usage":true}`
+		}
+		return `{"model":"test-model","stream":` + s + opts + `,"messages":[{"role":"user","content":"hi"}]}`
+	case llm.Responses:
+		return `{"model":"test-model","stream":` + s + `,"input":"hi"}`
+	}
+	return `{"model":"test-model","max_tokens":1024,"stream":` + s + `,"messages":[{"role":"user","content":"hi"}]}`
+}
+
 // call sends one provider request and decodes the turn, JSON or SSE.
 func call(t *testing.T, base string, p llm.Protocol, stream bool) (*llm.Turn, *http.Response) {
 	t.Helper()
-	body := `{"model":"test-model","stream":` + map[bool]string{true: "true", false: "false"}[stream] +
-		`,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
-	resp := post(t, base+paths[p], body)
+	resp := post(t, base+paths[p], validBody(p, stream))
 	raw := readBody(t, resp)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, raw)
@@ -141,7 +156,7 @@ func TestScriptedErrorStatus(t *testing.T) {
 	defer srv.Close()
 	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
 		script(t, srv.URL, `{"status":500,"error":"upstream exploded"}`)
-		resp := post(t, srv.URL+paths[p], `{"model":"m","stream":true}`)
+		resp := post(t, srv.URL+paths[p], validBody(p, true))
 		raw := readBody(t, resp)
 		if resp.StatusCode != 500 {
 			t.Fatalf("%s: status %d", p, resp.StatusCode)
@@ -162,7 +177,7 @@ func TestBadScript(t *testing.T) {
 	srv := httptest.NewServer(New())
 	defer srv.Close()
 	for _, body := range []string{``, `{`, `{"txt":"typo"}`, `[{"toolCalls":[{"arguments":"{}"}]}]`,
-		`{"status":42}`, `{"delayMs":-1}`, `{"toolCalls":[{"name":"x","arguments":{bad}}]}`, `"text"`} {
+		`{"status":42}`, `{"delayMs":-1}`, `{"eventDelaysMs":[1,-1]}`, `{"toolCalls":[{"name":"x","arguments":{bad}}]}`, `"text"`} {
 		resp := post(t, srv.URL+"/__mock/script", body)
 		raw := readBody(t, resp)
 		var e struct{ Error string }
@@ -277,46 +292,85 @@ func srvRequests(t *testing.T, base string) []RecordedRequest {
 	return recs
 }
 
-func TestDelays(t *testing.T) {
+// fakeClock fires every wait at once and logs it with the number of SSE
+// events the response held when the wait began, so delays are checked
+// without sleeping.
+type fakeClock struct {
+	mu     sync.Mutex
+	waits  []string
+	events func() int
+	block  chan struct{} // when set, waits never fire; closed on the first wait
+}
+
+func (c *fakeClock) Now() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.block != nil {
+		close(c.block)
+		c.block = nil
+		return nil
+	}
+	n := 0
+	if c.events != nil {
+		n = c.events()
+	}
+	c.waits = append(c.waits, fmt.Sprintf("%v@%d", d, n))
+	ch := make(chan time.Time, 1)
+	ch <- c.Now().Add(d)
+	return ch
+}
+
+func TestDelaysUseTheClock(t *testing.T) {
+	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
+		s := New()
+		rec := httptest.NewRecorder()
+		clk := &fakeClock{events: func() int { return strings.Count(rec.Body.String(), "\n\n") }}
+		s.Clock = clk
+		s.Script(Reply{Text: "abcdefghijklmnopqrstuvwxyz", Thinking: "hmm, let me see", DelayMs: 150, ChunkDelayMs: 40, EventDelaysMs: []int{5, 0, 7}})
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, paths[p], strings.NewReader(validBody(p, true))))
+		n := strings.Count(rec.Body.String(), "\n\n")
+		if rec.Code != http.StatusOK || n < 6 {
+			t.Fatalf("%s: %d, %d events:\n%s", p, rec.Code, n, rec.Body)
+		}
+		// delayMs before anything, eventDelaysMs[0] before event 0, [1]=0 is
+		// no wait, [2] before event 2, then chunkDelayMs before each later one.
+		want := []string{"150ms@0", "5ms@0", "7ms@2"}
+		for i := 3; i < n; i++ {
+			want = append(want, fmt.Sprintf("40ms@%d", i))
+		}
+		if got := strings.Join(clk.waits, " "); got != strings.Join(want, " ") {
+			t.Errorf("%s waits:\n got %s\nwant %s", p, got, strings.Join(want, " "))
+		}
+		if at := s.Requests()[0].ReceivedAt; !at.Equal(clk.Now()) {
+			t.Errorf("%s: receivedAt %v is not from the clock", p, at)
+		}
+	}
+}
+
+// Real time is what this test is about: the default clock must really wait.
+func TestDefaultClockIsRealTime(t *testing.T) {
 	srv := httptest.NewServer(New())
 	defer srv.Close()
-	script(t, srv.URL, `{"text":"slow start","delayMs":150}`)
+	script(t, srv.URL, `{"text":"slow start","delayMs":30}`)
 	start := time.Now()
 	call(t, srv.URL, llm.Chat, false)
-	if d := time.Since(start); d < 150*time.Millisecond {
-		t.Errorf("delayMs 150 answered after %v", d)
-	}
-
-	// chunkDelayMs: the first event arrives while the rest is still pending.
-	script(t, srv.URL, `{"text":"abcdefghijklmnopqrstuvwxyz","chunkDelayMs":40}`)
-	resp := post(t, srv.URL+paths[llm.Messages], `{"model":"m","stream":true}`)
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	first, err := br.ReadString('\n')
-	if err != nil || first != "event: message_start\n" {
-		t.Fatalf("first line %q %v", first, err)
-	}
-	firstAt := time.Now()
-	rest, err := io.ReadAll(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := strings.Count(string(rest), "\n\n")
-	if d := time.Since(firstAt); d < time.Duration(events-1)*40*time.Millisecond {
-		t.Errorf("%d events after the first took %v; want the chunk delay between them", events, d)
-	}
-	if !strings.HasSuffix(string(rest), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") {
-		t.Errorf("stream did not complete:\n%s", rest)
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("delayMs 30 answered after %v", d)
 	}
 }
 
 func TestDisconnectDuringDelay(t *testing.T) {
-	srv := httptest.NewServer(New())
+	s := New()
+	waiting := make(chan struct{})
+	s.Clock = &fakeClock{block: waiting}
+	srv := httptest.NewServer(s)
 	defer srv.Close()
 	script(t, srv.URL, `[{"text":"never seen","delayMs":5000},{"text":"next"}]`)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+paths[llm.Chat], strings.NewReader(`{}`))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-waiting; cancel() }()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+paths[llm.Chat], strings.NewReader(validBody(llm.Chat, false)))
 	if _, err := http.DefaultClient.Do(req); err == nil {
 		t.Fatal("expected the client to give up")
 	}

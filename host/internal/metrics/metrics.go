@@ -43,6 +43,10 @@ type Metrics struct {
 	Followups *prometheus.CounterVec
 	Chains    *prometheus.CounterVec
 	Holds     *prometheus.CounterVec
+	// FollowupFailures counts followups that failed, by kind and code (the
+	// HTTP status, "none" without an answer, "unsent" when it could not be
+	// built); the client got the last good turn with a note (SPEC §14).
+	FollowupFailures *prometheus.CounterVec
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -81,9 +85,13 @@ func New(snapshot func() ntp.State) *Metrics {
 		Holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_holds_total", Help: "Clock holds, by outcome (committed, rolled_back, cancelled, empty).",
 		}, []string{"outcome"}),
+		FollowupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_followup_failures_total",
+			Help: "Followups that failed, by kind (tool, stop, hold) and code (HTTP status, none, unsent).",
+		}, []string{"kind", "code"}),
 	}
 	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
-		m.Followups, m.Chains, m.Holds,
+		m.Followups, m.Chains, m.Holds, m.FollowupFailures,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

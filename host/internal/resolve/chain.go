@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/chimehq/chime/llm"
 )
 
@@ -26,6 +28,9 @@ type chain struct {
 	hops       int
 	seen       map[[32]byte]int
 	compaction bool
+	// failure is the short reason of a failed followup ("" if none): the
+	// client's text gets a note with it (SPEC §14).
+	failure string
 }
 
 // run loops until the chain ends and returns why (SPEC §7 priorities:
@@ -177,6 +182,7 @@ func (c *chain) send(kind, id string, results []llm.ToolResult, userText string)
 		if kind == KindHold {
 			c.finishHold(id, false)
 		}
+		c.fail(kind, FailureUnsent, "the followup could not be built")
 		return ReasonError
 	}
 	c.hops++
@@ -195,7 +201,18 @@ func (c *chain) send(kind, id string, results []llm.ToolResult, userText string)
 		if reason := c.stopped(); reason != "" {
 			return reason
 		}
-		c.r.log.Warn("followup failed", "request", id, "kind", kind, "status", status, "err", err)
+		// The provider's status and short reason only: never the body
+		// sent, which holds the conversation and reminder text.
+		c.r.log.Warn("followup failed; the client gets the last good turn with a note",
+			"request", id, "kind", kind, "status", status, "reason", err)
+		code := FailureNoAnswer
+		if status != 0 {
+			code = strconv.Itoa(status)
+		}
+		c.fail(kind, code, err.Error())
+		if status >= 400 && status < 500 {
+			return ReasonRejected
+		}
 		return ReasonUpstreamError
 	}
 	key := pairKey(c.turn, results, userText, turn)
@@ -228,8 +245,16 @@ func (c *chain) finishHold(id string, delivered bool) {
 	}
 }
 
+// fail records a failed followup: counted, and noted for the client.
+func (c *chain) fail(kind, code, reason string) {
+	c.r.cfg.Observer.FollowupFailed(kind, code)
+	c.failure = reason
+}
+
 // post sends a followup through the proxy listener (SPEC §1) and parses
-// the JSON answer. status is 0 when no response arrived.
+// the JSON answer. status is 0 when no response arrived. The error says
+// what failed in a few words, fit for the client's note and the log: the
+// status and the provider's error type and message, never the request.
 func (c *chain) post(id string, body []byte) (*llm.Turn, int, error) {
 	cfg := &c.r.cfg
 	url := "http://" + c.req.Reentry + c.req.Path
@@ -244,24 +269,65 @@ func (c *chain) post(id string, body []byte) (*llm.Turn, int, error) {
 	req.Header.Set(llm.HeaderFollowup, llm.FollowupMarker(cfg.Token, id))
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
-		return nil, 0, err
+		c.r.log.Debug("followup got no answer", "request", id, "err", err)
+		return nil, 0, errors.New("no answer from the provider")
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, cfg.MaxResponseBytes+1))
 	if err != nil {
-		return nil, resp.StatusCode, fmt.Errorf("reading the answer: %w", err)
+		return nil, resp.StatusCode, fmt.Errorf("%d, the answer could not be read", resp.StatusCode)
 	}
 	if int64(len(raw)) > cfg.MaxResponseBytes {
-		return nil, resp.StatusCode, fmt.Errorf("answer over %d bytes", cfg.MaxResponseBytes)
+		return nil, resp.StatusCode, fmt.Errorf("%d, the answer is over %d bytes", resp.StatusCode, cfg.MaxResponseBytes)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, resp.StatusCode, fmt.Errorf("status %d", resp.StatusCode)
+		return nil, resp.StatusCode, errors.New(statusReason(resp.StatusCode, raw))
 	}
 	turn, err := llm.ParseResponse(c.proto, raw)
 	if err != nil {
-		return nil, resp.StatusCode, err
+		var perr *llm.ProviderError
+		if errors.As(err, &perr) {
+			return nil, resp.StatusCode, fmt.Errorf("%d, provider error %s", resp.StatusCode, shortReason(perr.Type, perr.Message))
+		}
+		return nil, resp.StatusCode, fmt.Errorf("%d, the answer is not a %s response", resp.StatusCode, c.proto)
 	}
 	return turn, resp.StatusCode, nil
+}
+
+// maxReason and maxType bound the provider message and error type quoted
+// in a note or log line.
+const (
+	maxReason = 200
+	maxType   = 60
+)
+
+// statusReason is "<status> <error type>: <message>" from a provider error
+// body (Anthropic {type:error,error:{type,message}}, OpenAI
+// {error:{type|code,message}}), or the status text when the body is not one.
+func statusReason(status int, body []byte) string {
+	e := gjson.GetBytes(body, "error")
+	typ := e.Get("type").String()
+	if typ == "" {
+		typ = e.Get("code").String()
+	}
+	msg := e.Get("message").String()
+	if !e.IsObject() || (typ == "" && msg == "") {
+		return strings.TrimSpace(strconv.Itoa(status) + " " + http.StatusText(status))
+	}
+	return strconv.Itoa(status) + " " + shortReason(typ, msg)
+}
+
+// shortReason joins an error type and message on one line, at most
+// maxType and maxReason runes of them.
+func shortReason(typ, msg string) string {
+	typ, msg = oneLine(typ, maxType), oneLine(msg, maxReason)
+	switch {
+	case typ == "":
+		return msg
+	case msg == "":
+		return typ
+	}
+	return typ + ": " + msg
 }
 
 // dropped are headers a followup must not repeat: framing and hop-by-hop
@@ -297,13 +363,33 @@ func copyHeaders(dst http.Header, src map[string]string) {
 // text in order, the last turn's tool calls and finish, usage summed).
 // Server-tool calls never reach the client: a last turn left with only
 // those ends as a plain stop.
+//
+// A failed followup is never silent (SPEC §14): the continuation is the
+// last good turn (the followups that came back, or nothing more than the
+// original) with a note saying the continuation failed.
 func (c *chain) answer(reason string) llm.ResolveResponse {
 	resp := llm.ResolveResponse{Reason: reason, Hops: c.hops}
-	if reason == ReasonCancelled || len(c.turns) == 0 {
+	if reason == ReasonCancelled {
 		return resp
 	}
+	var cont *llm.Turn
+	switch {
+	case len(c.turns) > 0:
+		cont = fold(c.turns, c.req.ServerTools)
+	case c.failure != "":
+		// Only the original came back: the note alone continues it.
+		cont = &llm.Turn{Finish: c.req.Turn.Finish}
+		if cont.Finish.Reason == llm.FinishToolCalls || cont.Finish.Reason == llm.FinishNone {
+			cont.Finish = llm.Finish{Reason: llm.FinishStop}
+		}
+	default:
+		return resp
+	}
+	if c.failure != "" {
+		cont.Text = llm.JoinText(cont.Text, fmt.Sprintf(FailureNote, c.failure))
+	}
 	resp.Continued = true
-	resp.Continuation = fold(c.turns, c.req.ServerTools)
+	resp.Continuation = cont
 	return resp
 }
 
@@ -319,4 +405,13 @@ func fold(turns []*llm.Turn, serverTools []string) *llm.Turn {
 		out.Finish = llm.Finish{Reason: llm.FinishStop}
 	}
 	return out
+}
+
+// oneLine collapses s's whitespace to single spaces and cuts it to n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n]) + "…"
+	}
+	return s
 }

@@ -32,8 +32,20 @@ const (
 	ReasonMaxDuration   = "max_duration"   // SPEC §7: at most MaxDuration of wall time
 	ReasonRepeated      = "repeated"       // SPEC §7: RepeatLimit identical request/response pairs
 	ReasonCancelled     = "cancelled"      // the client went away (PathCancel or the callout dropped)
-	ReasonUpstreamError = "upstream_error" // a followup got non-2xx, no answer, or a body that is not a turn
-	ReasonError         = "error"          // a followup could not be built (logged)
+	ReasonRejected      = "rejected"       // SPEC §14: the provider answered a followup with 4xx
+	ReasonUpstreamError = "upstream_error" // a followup got 5xx (or another non-2xx), no answer, or a body that is not a turn
+	ReasonError         = "error"          // a followup could not be built, or the stopMessage write failed (logged)
+)
+
+// FailureNote is the text appended to the last good turn when a followup
+// fails (SPEC §14: never a silent truncation); %s is the provider's status
+// and a short reason.
+const FailureNote = "[chime: the continuation failed: %s]"
+
+// Failure codes (followup_failures_total's code label) besides an HTTP status.
+const (
+	FailureNoAnswer = "none"   // no HTTP answer (connection error, timeout)
+	FailureUnsent   = "unsent" // the followup could not be built
 )
 
 // Followup kinds: the followups_total label and the request id suffix.
@@ -97,6 +109,9 @@ type Reminders interface {
 // Observer counts what chains do; nil methods are fine to skip.
 type Observer interface {
 	Followup(kind string)
+	// FollowupFailed counts a followup that failed: code is its HTTP status,
+	// FailureNoAnswer or FailureUnsent (SPEC §14).
+	FollowupFailed(kind, code string)
 	Chain(reason string)
 	Hold(outcome string)
 }
@@ -205,9 +220,10 @@ func newClient(timeout time.Duration) *http.Client {
 
 type nopObserver struct{}
 
-func (nopObserver) Followup(string) {}
-func (nopObserver) Chain(string)    {}
-func (nopObserver) Hold(string)     {}
+func (nopObserver) Followup(string)               {}
+func (nopObserver) FollowupFailed(string, string) {}
+func (nopObserver) Chain(string)                  {}
+func (nopObserver) Hold(string)                   {}
 
 // ParseProtocol maps llm.Protocol.String() back to the protocol.
 func ParseProtocol(s string) llm.Protocol {
@@ -235,6 +251,9 @@ func validate(req *llm.ResolveRequest, defaultReentry string) (llm.Protocol, err
 		return p, fmt.Errorf("%w: reentry %q must be the proxy listener's host:port (and the host has no default)", ErrBadRequest, req.Reentry)
 	case req.Turn == nil:
 		return p, fmt.Errorf("%w: turn is required", ErrBadRequest)
+	}
+	if err := req.Turn.CheckItems(); err != nil {
+		return p, fmt.Errorf("%w: turn: %v", ErrBadRequest, err)
 	}
 	if _, err := llm.ParseRequest(p, req.Request); err != nil {
 		return p, fmt.Errorf("%w: request: %v", ErrBadRequest, err)

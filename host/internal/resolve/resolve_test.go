@@ -1,10 +1,15 @@
 package resolve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,4 +147,97 @@ func TestPairKeyIgnoresIDsAndUsage(t *testing.T) {
 	if pairKey(&llm.Turn{Text: "ab"}, nil, "", &llm.Turn{}) == pairKey(&llm.Turn{Text: "a"}, nil, "b", &llm.Turn{}) {
 		t.Fatal("ambiguous encoding")
 	}
+}
+
+// countingObserver records FollowupFailed calls.
+type countingObserver struct {
+	nopObserver
+	mu     sync.Mutex
+	failed []string
+}
+
+func (o *countingObserver) FollowupFailed(kind, code string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed = append(o.failed, kind+"/"+code)
+}
+
+// A rejected followup is logged at warn with the provider's status and
+// reason, never the conversation, the reminder text or credentials, and
+// counted (SPEC §14).
+func TestRejectedFollowupLoggedAndCounted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","message":"Item 'fc_1' of type 'function_call' was provided without its required 'reasoning' item"}}`))
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	obs := &countingObserver{}
+	r, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, Observer: obs,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := r.Resolve(context.Background(), llm.ResolveRequest{
+		RequestID: "r1", Protocol: "responses", Path: "/v1/responses", Reentry: srv.Listener.Addr().String(),
+		Headers: map[string]string{"authorization": "Bearer sk-secret-key"},
+		Request: json.RawMessage(`{"store":false,"input":[{"role":"user","content":"water the ficus at noon"}]}`),
+		Turn:    &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: "{}"}}}, ServerTools: []string{"clock"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const note = "[chime: the continuation failed: 400 invalid_request_error: Item 'fc_1' of type 'function_call' was provided without its required 'reasoning' item]"
+	if resp.Reason != ReasonRejected || !resp.Continued || resp.Continuation.Text != note {
+		t.Fatalf("resolve: %+v %+v", resp, resp.Continuation)
+	}
+	if len(obs.failed) != 1 || obs.failed[0] != "tool/400" {
+		t.Errorf("counted %v", obs.failed)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "status=400") || !strings.Contains(out, "invalid_request_error") {
+		t.Errorf("no warn line with the status and reason:\n%s", out)
+	}
+	for _, secret := range []string{"sk-secret-key", "ficus"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, out)
+		}
+	}
+}
+
+func TestStatusReason(t *testing.T) {
+	long := strings.Repeat("é", maxReason+10)
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{400, `{"type":"error","error":{"type":"invalid_request_error","message":"bad\n  block"}}`, "400 invalid_request_error: bad block"},
+		{429, `{"error":{"code":"rate_limit_exceeded","message":"slow down"}}`, "429 rate_limit_exceeded: slow down"},
+		{403, `{"error":{"message":"nope"}}`, "403 nope"},
+		{404, `<html>`, "404 Not Found"},
+		{499, ``, "499"},
+		{400, `{"error":{"type":"x","message":"` + long + `"}}`, "400 x: " + strings.Repeat("é", maxReason) + "…"},
+	} {
+		if got := statusReason(c.status, []byte(c.body)); got != c.want {
+			t.Errorf("statusReason(%d, %q) = %q, want %q", c.status, c.body, got, c.want)
+		}
+	}
+}
+
+// FuzzStatusReason: any error body gives one line that starts with the
+// status and quotes at most maxReason runes of the provider's message.
+func FuzzStatusReason(f *testing.F) {
+	f.Add(400, []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"x"}}`))
+	f.Add(500, []byte(`{"error":{"code":1,"message":{"a":1}}}`))
+	f.Add(404, []byte("\xff\n{"))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		got := statusReason(status, body)
+		if strings.ContainsAny(got, "\r\n") || !strings.HasPrefix(got, strconv.Itoa(status)) {
+			t.Fatalf("statusReason = %q", got)
+		}
+		if n := len([]rune(got)); n > len(strconv.Itoa(status))+1+maxType+1+2+maxReason+1 {
+			t.Fatalf("reason of %d runes: %q", n, got)
+		}
+	})
 }
