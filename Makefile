@@ -35,7 +35,7 @@ test: vet wasm
 # natively vs in wasm vs a plain copy, and prepare over 10k sessions.
 bench: wasm
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/
-	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./llm/ ./llm/internal/benchwork/
+	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
 	$(GO) test -run '^$$' -bench Prepare10kSessions -benchtime 2000x ./host/
 
 clean:

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 )
 
 // TestHostConfigFileApplied: `chime host --config file.yaml` listens where
@@ -40,8 +40,8 @@ func TestHostConfigFileApplied(t *testing.T) {
 	if code != 200 || !strings.Contains(string(out), `"ok":true`) {
 		t.Fatalf("schedule: %d %s", code, out)
 	}
-	code, out = postJSON(t, hostURL+llm.PathPrepare, auth, llm.PrepareRequest{RequestID: "req-1", Protocol: "chat", SessionID: "s-cfg"})
-	var ans llm.PrepareResponse
+	code, out = postJSON(t, hostURL+hostapi.PathPrepare, auth, hostapi.PrepareRequest{RequestID: "req-1", Protocol: "chat", SessionID: "s-cfg"})
+	var ans hostapi.PrepareResponse
 	if code != 200 || json.Unmarshal(out, &ans) != nil {
 		t.Fatalf("prepare: %d %s", code, out)
 	}

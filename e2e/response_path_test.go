@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/ssecheck"
 	"github.com/chimehq/chime/llm"
 )
@@ -127,7 +128,7 @@ func TestServerToolIsInvisible(t *testing.T) {
 
 		reqs := d.mockRequests(t)
 		require.Len(t, reqs, 2, "original + one tool followup, no hold for a task of this very request")
-		assert.Empty(t, reqs[1].Headers[llm.HeaderFollowup], "the followup marker never reaches the provider")
+		assert.Empty(t, reqs[1].Headers[hostapi.HeaderFollowup], "the followup marker never reaches the provider")
 		assert.True(t, strings.HasPrefix(reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"]+":"),
 			"followup id %q extends %q", reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"])
 		assert.Contains(t, reqs[1].Body, task, "the followup carries the tool call and its result")

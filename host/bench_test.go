@@ -16,7 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/storage"
 )
 
@@ -161,8 +161,8 @@ func BenchmarkPrepare10kSessions(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				rid := fmt.Sprintf("bench-%s-%d-%d", tc.name, b.N, i)
-				body, _ := json.Marshal(llm.PrepareRequest{RequestID: rid, Protocol: "chat", SessionID: tc.session(rng.IntN(benchSessions / 2))})
-				req := httptest.NewRequest(http.MethodPost, llm.PathPrepare, bytes.NewReader(body))
+				body, _ := json.Marshal(hostapi.PrepareRequest{RequestID: rid, Protocol: "chat", SessionID: tc.session(rng.IntN(benchSessions / 2))})
+				req := httptest.NewRequest(http.MethodPost, hostapi.PathPrepare, bytes.NewReader(body))
 				req.Header.Set("Authorization", "Bearer "+testToken)
 				rec := httptest.NewRecorder()
 				start := time.Now()

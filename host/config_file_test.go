@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"github.com/jonboulle/clockwork"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"go.yaml.in/yaml/v4"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
 )
@@ -239,7 +241,7 @@ func TestConfigFileDueWindow(t *testing.T) {
 	for text, injected := range map[string]bool{"": false, "clock:\n  dueWindow: 5m\n": true} {
 		f := fileFixture(t, text)
 		f.schedule(t, "s", "stretch", t0.Add(2*time.Minute))
-		ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: "s"})
+		ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-1", SessionID: "s"})
 		if got := ans.Reminders == reminderFor("stretch") && ans.Reserved; got != injected {
 			t.Errorf("%q: injected %v, want %v (%+v)", text, got, injected, ans)
 		}
@@ -253,7 +255,7 @@ func TestConfigFileRetention(t *testing.T) {
 		f := fileFixture(t, text)
 		f.schedule(t, "s", "call back", t0.Add(time.Minute))
 		f.clk.Advance(31 * time.Minute)
-		ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: "s"})
+		ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-1", SessionID: "s"})
 		if got := ans.Reminders == reminderFor("call back"); got != injected {
 			t.Errorf("%q: injected %v, want %v (%+v)", text, got, injected, ans)
 		}
@@ -295,7 +297,7 @@ func TestConfigFileHoldNonStreaming(t *testing.T) {
 	answer := &llm.Turn{Text: "done it", Finish: llm.Finish{Reason: llm.FinishStop}}
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, answer })
 	stop := &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}
-	held := func(f *fixture, id string, streaming bool) llm.ResolveResponse {
+	held := func(f *fixture, id string, streaming bool) hostapi.ResolveResponse {
 		req := resolveReq(llm.Chat, proxy, id, "s", stop)
 		req.Streaming = streaming
 		done := f.resolveAsync(t, req)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -18,15 +19,15 @@ func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 	clk := clockwork.NewFakeClockAt(t0)
 	f := openFixture(t, dir, clk)
 	const sid = "sess-once"
-	clockAt := func(pos int) llm.HostDirective {
-		return llm.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(2 * time.Hour).Format(time.RFC3339), Task: "stretch"}, Position: pos}
+	clockAt := func(pos int) hostapi.HostDirective {
+		return hostapi.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(2 * time.Hour).Format(time.RFC3339), Task: "stretch"}, Position: pos}
 	}
-	stopAt := func(pos int) llm.HostDirective {
-		return llm.HostDirective{Kind: "stopMessage", Text: "go on", MaxRepeats: 1, Position: pos}
+	stopAt := func(pos int) hostapi.HostDirective {
+		return hostapi.HostDirective{Kind: "stopMessage", Text: "go on", MaxRepeats: 1, Position: pos}
 	}
-	prep := func(f *fixture, id string, ds ...llm.HostDirective) {
+	prep := func(f *fixture, id string, ds ...hostapi.HostDirective) {
 		t.Helper()
-		f.prepare(t, llm.PrepareRequest{RequestID: id, SessionID: sid, Directives: ds})
+		f.prepare(t, hostapi.PrepareRequest{RequestID: id, SessionID: sid, Directives: ds})
 	}
 	check := func(f *fixture, wantTasks, wantUsed int) {
 		t.Helper()
@@ -76,10 +77,10 @@ func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 
 	// Responses with previous_response_id: positions count from that
 	// response, so the same position after another response is new.
-	g.prepare(t, llm.PrepareRequest{RequestID: "r7", SessionID: sid, PreviousResponseID: "resp_1", Directives: []llm.HostDirective{clockAt(0)}})
-	g.prepare(t, llm.PrepareRequest{RequestID: "r8", SessionID: sid, PreviousResponseID: "resp_1", Directives: []llm.HostDirective{clockAt(0)}})
+	g.prepare(t, hostapi.PrepareRequest{RequestID: "r7", SessionID: sid, PreviousResponseID: "resp_1", Directives: []hostapi.HostDirective{clockAt(0)}})
+	g.prepare(t, hostapi.PrepareRequest{RequestID: "r8", SessionID: sid, PreviousResponseID: "resp_1", Directives: []hostapi.HostDirective{clockAt(0)}})
 	check(g, 4, 0)
-	g.prepare(t, llm.PrepareRequest{RequestID: "r9", SessionID: sid, PreviousResponseID: "resp_2", Directives: []llm.HostDirective{clockAt(0)}})
+	g.prepare(t, hostapi.PrepareRequest{RequestID: "r9", SessionID: sid, PreviousResponseID: "resp_2", Directives: []hostapi.HostDirective{clockAt(0)}})
 	check(g, 5, 0)
 
 	m := scrape(t, g)
@@ -95,9 +96,9 @@ func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 // directive, whatever the session ids look like after sanitizing.
 func TestDirectiveOnceIsPerSession(t *testing.T) {
 	f := newFixture(t)
-	d := llm.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(time.Hour).Format(time.RFC3339), Task: "t"}}
+	d := hostapi.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(time.Hour).Format(time.RFC3339), Task: "t"}}
 	for _, sid := range []string{"a", "a/b", "ab", "A", "a/directives", "ünï"} {
-		f.prepare(t, llm.PrepareRequest{RequestID: "r-" + sid, SessionID: sid, Directives: []llm.HostDirective{d}})
+		f.prepare(t, hostapi.PrepareRequest{RequestID: "r-" + sid, SessionID: sid, Directives: []hostapi.HostDirective{d}})
 		if ts, _ := f.svc.store.ListTasks(sid); len(ts) != 1 {
 			t.Errorf("session %q: %d tasks, want 1", sid, len(ts))
 		}
@@ -110,9 +111,9 @@ func TestDirectiveOnceIsPerSession(t *testing.T) {
 func TestFailedDirectiveIsNotRemembered(t *testing.T) {
 	f := newFixture(t)
 	const sid = "sess-fail"
-	bad := llm.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: "soon", Task: "t"}}
+	bad := hostapi.HostDirective{Kind: "clock", Clock: &llm.ClockItem{DueAt: "soon", Task: "t"}}
 	for _, id := range []string{"f1", "f2"} {
-		f.prepare(t, llm.PrepareRequest{RequestID: id, SessionID: sid, Directives: []llm.HostDirective{bad}})
+		f.prepare(t, hostapi.PrepareRequest{RequestID: id, SessionID: sid, Directives: []hostapi.HostDirective{bad}})
 	}
 	m := scrape(t, f)
 	if m[`chime_directive_errors_total{kind="clock"}`] != 2 || m[`chime_directive_duplicates_total{kind="clock"}`] != 0 {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 )
 
 // FuzzPrepareBody: any body gets 200 with a well-formed answer or a 400
@@ -25,13 +25,13 @@ func FuzzPrepareBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := serve(fx.svc, func() *http.Request {
-			r := newRequest(http.MethodPost, llm.PathPrepare, body)
+			r := newRequest(http.MethodPost, hostapi.PathPrepare, body)
 			r.Header.Set("Authorization", "Bearer "+testToken)
 			return r
 		}())
 		switch rec.Code {
 		case http.StatusOK:
-			var ans PrepareAnswer
+			var ans hostapi.PrepareResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
 				t.Fatalf("200 with a bad body %q: %v", rec.Body, err)
 			}

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/jonboulle/clockwork"
-
-	"github.com/chimehq/chime/llm"
 )
 
 const testToken = "test-secret-token"
@@ -78,13 +77,13 @@ func (f *fixture) do(t testing.TB, method, path, token string, body any) *httpte
 	return rec
 }
 
-func (f *fixture) prepare(t testing.TB, req llm.PrepareRequest) PrepareAnswer {
+func (f *fixture) prepare(t testing.TB, req hostapi.PrepareRequest) hostapi.PrepareResponse {
 	t.Helper()
-	rec := f.do(t, http.MethodPost, llm.PathPrepare, testToken, req)
+	rec := f.do(t, http.MethodPost, hostapi.PathPrepare, testToken, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("prepare: %d %s", rec.Code, rec.Body)
 	}
-	var ans PrepareAnswer
+	var ans hostapi.PrepareResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
 		t.Fatalf("prepare answer %q: %v", rec.Body, err)
 	}
@@ -93,7 +92,7 @@ func (f *fixture) prepare(t testing.TB, req llm.PrepareRequest) PrepareAnswer {
 
 func (f *fixture) outcome(t testing.TB, path, requestID string) int {
 	t.Helper()
-	return f.do(t, http.MethodPost, path, testToken, llm.OutcomeRequest{RequestID: requestID}).Code
+	return f.do(t, http.MethodPost, path, testToken, hostapi.OutcomeRequest{RequestID: requestID}).Code
 }
 
 // result is a decoded tool result.

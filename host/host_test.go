@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
 )
@@ -20,11 +21,11 @@ func TestFilterEndpointsRequireToken(t *testing.T) {
 	const sid = "sess-auth"
 	// A reservation made with the right token, which bad commits must not touch.
 	f.schedule(t, sid, "pay rent", t0.Add(30*time.Second))
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "good-1", SessionID: sid}); !ans.Reserved {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "good-1", SessionID: sid}); !ans.Reserved {
 		t.Fatalf("setup: nothing reserved: %+v", ans)
 	}
 
-	prepareBody := llm.PrepareRequest{RequestID: "bad-1", SessionID: "sess-victim", Directives: []llm.HostDirective{
+	prepareBody := hostapi.PrepareRequest{RequestID: "bad-1", SessionID: "sess-victim", Directives: []hostapi.HostDirective{
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(time.Hour).Format(time.RFC3339), Task: "evil"}},
 		{Kind: "stopMessage", Text: "continue", MaxRepeats: 3},
 		{Kind: "route", Route: "other"},
@@ -33,10 +34,10 @@ func TestFilterEndpointsRequireToken(t *testing.T) {
 		method, path string
 		body         any
 	}{
-		{http.MethodPost, llm.PathPrepare, prepareBody},
-		{http.MethodPost, llm.PathCommit, llm.OutcomeRequest{RequestID: "good-1"}},
-		{http.MethodPost, llm.PathRollback, llm.OutcomeRequest{RequestID: "good-1"}},
-		{http.MethodGet, llm.PathState, nil},
+		{http.MethodPost, hostapi.PathPrepare, prepareBody},
+		{http.MethodPost, hostapi.PathCommit, hostapi.OutcomeRequest{RequestID: "good-1"}},
+		{http.MethodPost, hostapi.PathRollback, hostapi.OutcomeRequest{RequestID: "good-1"}},
+		{http.MethodGet, hostapi.PathState, nil},
 		{http.MethodPost, PathToolsExecute, ToolCall{SessionID: sid, RequestID: "x", Name: "clock", Arguments: json.RawMessage(`{"action":"clear","items":[],"taskId":""}`)}},
 	}
 	headers := map[string]string{
@@ -92,7 +93,7 @@ func TestFilterEndpointsRequireToken(t *testing.T) {
 		t.Errorf("a rejected commit or rollback changed the reservation: %+v", ts[0])
 	}
 	// The right token still works.
-	if code := f.outcome(t, llm.PathCommit, "good-1"); code != http.StatusNoContent {
+	if code := f.outcome(t, hostapi.PathCommit, "good-1"); code != http.StatusNoContent {
 		t.Fatalf("commit with token: %d", code)
 	}
 	if ts, _ := f.svc.store.ListTasks(sid); ts[0].DeliveryCount != 1 {
@@ -113,7 +114,7 @@ func TestPrepareAppliesDirectives(t *testing.T) {
 		return m, ok
 	}
 
-	f.prepare(t, llm.PrepareRequest{RequestID: "r1", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r1", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: `keep "going"`},
 	}})
 	m, ok := stop()
@@ -127,21 +128,21 @@ func TestPrepareAppliesDirectives(t *testing.T) {
 	if err := f.svc.store.PutStopMessage(sid, m); err != nil {
 		t.Fatal(err)
 	}
-	f.prepare(t, llm.PrepareRequest{RequestID: "r2", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r2", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "next step", MaxRepeats: 3},
 	}})
 	if m, ok = stop(); !ok || m.Text != "next step" || m.MaxRepeats != 3 || m.Used != 0 {
 		t.Fatalf("explicit N: %+v %v", m, ok)
 	}
 
-	f.prepare(t, llm.PrepareRequest{RequestID: "r3", SessionID: sid, Directives: []llm.HostDirective{{Kind: "stopMessage:clear"}}})
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r3", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "stopMessage:clear"}}})
 	if _, ok = stop(); ok {
 		t.Fatal("stopMessage:clear left the state")
 	}
 
 	// clock:{…} schedules; clock:clear removes everything.
 	due := t0.Add(2 * time.Hour).Format(time.RFC3339)
-	f.prepare(t, llm.PrepareRequest{RequestID: "r4", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r4", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: due, Task: "stand up", Arguments: `{"a": 1}`}},
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: "tomorrow-ish", Task: "bad due"}}, // skipped
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(3 * time.Hour).Format(time.RFC3339), Task: "stretch", Repeat: "daily", MaxRuns: 2}},
@@ -154,22 +155,22 @@ func TestPrepareAppliesDirectives(t *testing.T) {
 		ts[1].Task != "stretch" || ts[1].Repeat != "daily" || ts[1].MaxRuns != 2 {
 		t.Fatalf("scheduled tasks: %+v", ts)
 	}
-	f.prepare(t, llm.PrepareRequest{RequestID: "r5", SessionID: sid, Directives: []llm.HostDirective{{Kind: "clock:clear"}}})
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r5", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "clock:clear"}}})
 	if ts, _ = f.svc.store.ListTasks(sid); len(ts) != 0 {
 		t.Fatalf("clock:clear left %d tasks", len(ts))
 	}
 
 	// route pins and is returned on later requests; route:clear unpins.
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r6", SessionID: sid, Directives: []llm.HostDirective{{Kind: "route", Route: "fast"}}}); ans.Route != "fast" {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r6", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast"}}}); ans.Route != "fast" {
 		t.Fatalf("route after pin: %q", ans.Route)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r7", SessionID: sid}); ans.Route != "fast" {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r7", SessionID: sid}); ans.Route != "fast" {
 		t.Fatalf("route on a later request: %q", ans.Route)
 	}
 	if sess, _, _ := f.svc.store.GetSession(sid); sess.Route != "fast" {
 		t.Fatalf("route not on the session record: %+v", sess)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r8", SessionID: sid, Directives: []llm.HostDirective{
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r8", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "route", Route: "has space"}, // skipped
 		{Kind: "route:clear"},
 		{Kind: "bogus"},                                  // skipped
@@ -189,16 +190,16 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 	const sid = "sess-life"
 	f.schedule(t, sid, "water the plants", t0.Add(5*time.Minute))
 
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "early", SessionID: sid}); ans.Reminders != "" || ans.Reserved {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "early", SessionID: sid}); ans.Reminders != "" || ans.Reserved {
 		t.Fatalf("not due yet, got %+v", ans)
 	}
-	if code := f.outcome(t, llm.PathCommit, "early"); code != http.StatusNoContent {
+	if code := f.outcome(t, hostapi.PathCommit, "early"); code != http.StatusNoContent {
 		t.Fatalf("commit without reservation: %d", code)
 	}
 
 	// Inside the 60 s due window.
 	f.clk.Advance(4*time.Minute + 30*time.Second)
-	ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid})
+	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-1", SessionID: sid})
 	if !ans.Reserved || ans.Reminders != reminderFor("water the plants") {
 		t.Fatalf("due reminder: %+v", ans)
 	}
@@ -206,20 +207,20 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 		t.Fatalf("nowMs/tools: %+v", ans)
 	}
 	// A concurrent request of the session does not get the reserved task.
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-2", SessionID: sid}); ans.Reserved {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-2", SessionID: sid}); ans.Reserved {
 		t.Fatalf("reserved task injected twice: %+v", ans)
 	}
 	// The same request id again (a retried callout) gets the same reminder.
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid}); ans.Reminders != reminderFor("water the plants") {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-1", SessionID: sid}); ans.Reminders != reminderFor("water the plants") {
 		t.Fatalf("re-prepare of the same request: %+v", ans)
 	}
-	if code := f.outcome(t, llm.PathCommit, "req-1"); code != http.StatusNoContent {
+	if code := f.outcome(t, hostapi.PathCommit, "req-1"); code != http.StatusNoContent {
 		t.Fatalf("commit: %d", code)
 	}
-	if code := f.outcome(t, llm.PathCommit, "req-1"); code != http.StatusNoContent {
+	if code := f.outcome(t, hostapi.PathCommit, "req-1"); code != http.StatusNoContent {
 		t.Fatalf("second commit: %d", code)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-3", SessionID: sid}); ans.Reserved || ans.Reminders != "" {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-3", SessionID: sid}); ans.Reserved || ans.Reminders != "" {
 		t.Fatalf("delivered task injected again: %+v", ans)
 	}
 	ts, _ := f.svc.store.ListTasks(sid)
@@ -229,13 +230,13 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 
 	// Rollback puts a reminder back for the next request.
 	f.schedule(t, sid, "call mom", t0.Add(5*time.Minute))
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-4", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-4", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
 		t.Fatalf("second task: %+v", ans)
 	}
-	if code := f.outcome(t, llm.PathRollback, "req-4"); code != http.StatusNoContent {
+	if code := f.outcome(t, hostapi.PathRollback, "req-4"); code != http.StatusNoContent {
 		t.Fatalf("rollback: %d", code)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-5", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-5", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
 		t.Fatalf("rolled-back task not re-injected: %+v", ans)
 	}
 	ts, _ = f.svc.store.ListTasks(sid)
@@ -246,10 +247,10 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 	}
 
 	// Bad outcome bodies.
-	if rec := f.do(t, http.MethodPost, llm.PathRollback, testToken, `{"requestId":""}`); rec.Code != http.StatusBadRequest {
+	if rec := f.do(t, http.MethodPost, hostapi.PathRollback, testToken, `{"requestId":""}`); rec.Code != http.StatusBadRequest {
 		t.Fatalf("empty request id: %d", rec.Code)
 	}
-	if rec := f.do(t, http.MethodPost, llm.PathCommit, testToken, `{`); rec.Code != http.StatusBadRequest {
+	if rec := f.do(t, http.MethodPost, hostapi.PathCommit, testToken, `{`); rec.Code != http.StatusBadRequest {
 		t.Fatalf("malformed commit: %d", rec.Code)
 	}
 }
@@ -259,16 +260,16 @@ func TestDirectiveTaskNotInjectedIntoItsOwnChain(t *testing.T) {
 	f := newFixture(t)
 	const sid = "sess-chain"
 	// Due inside the window already: stamped with the writing request id.
-	ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-A", SessionID: sid, Directives: []llm.HostDirective{
+	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-A", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: t0.Add(20 * time.Second).Format(time.RFC3339), Task: "check build"}},
 	}})
 	if ans.Reserved {
 		t.Fatalf("task injected into the request that scheduled it: %+v", ans)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-A:followup-1", SessionID: sid}); ans.Reserved {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-A:followup-1", SessionID: sid}); ans.Reserved {
 		t.Fatalf("task injected into a followup of its request: %+v", ans)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-B", SessionID: sid}); ans.Reminders != reminderFor("check build") {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-B", SessionID: sid}); ans.Reminders != reminderFor("check build") {
 		t.Fatalf("next request did not get it: %+v", ans)
 	}
 }
@@ -277,7 +278,7 @@ func TestPrepareWithoutSession(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.schedule(t, "someone", "secret errand", t0.Add(10*time.Second))
-	ans := f.prepare(t, llm.PrepareRequest{RequestID: "anon-1", Directives: []llm.HostDirective{
+	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "anon-1", Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "go on"},
 		{Kind: "clock:clear"},
 	}})
@@ -299,11 +300,11 @@ func TestPrepareWithoutSession(t *testing.T) {
 		t.Fatalf("get without session: %v", r)
 	}
 	// No session and no request id is fine too; malformed JSON is 400.
-	if ans := f.prepare(t, llm.PrepareRequest{}); !slices.Equal(ans.Tools, []string{"clock"}) {
+	if ans := f.prepare(t, hostapi.PrepareRequest{}); !slices.Equal(ans.Tools, []string{"clock"}) {
 		t.Fatalf("empty prepare: %+v", ans)
 	}
 	for _, body := range []string{`{`, `[1,2]`, `{"requestId": 5}`, `{} {}`, ``} {
-		if rec := f.do(t, http.MethodPost, llm.PathPrepare, testToken, body); rec.Code != http.StatusBadRequest {
+		if rec := f.do(t, http.MethodPost, hostapi.PathPrepare, testToken, body); rec.Code != http.StatusBadRequest {
 			t.Errorf("prepare body %q: %d, want 400", body, rec.Code)
 		}
 	}
@@ -318,14 +319,14 @@ func TestPrepareSessionIsolation(t *testing.T) {
 		f.schedule(t, id, "task of #"+string(rune('A'+i)), t0.Add(20*time.Second))
 	}
 	for i, id := range ids {
-		ans := f.prepare(t, llm.PrepareRequest{RequestID: "iso-" + string(rune('A'+i)), SessionID: id})
+		ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "iso-" + string(rune('A'+i)), SessionID: id})
 		if want := reminderFor("task of #" + string(rune('A'+i))); ans.Reminders != want {
 			t.Errorf("session %q got %q, want %q", id, ans.Reminders, want)
 		}
 	}
 	// Every reminder went out exactly once, to its own session.
 	for i, id := range ids {
-		if ans := f.prepare(t, llm.PrepareRequest{RequestID: "iso2-" + string(rune('A'+i)), SessionID: id}); ans.Reminders != "" {
+		if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "iso2-" + string(rune('A'+i)), SessionID: id}); ans.Reminders != "" {
 			t.Errorf("session %q saw another reminder: %q", id, ans.Reminders)
 		}
 	}
@@ -386,14 +387,14 @@ func TestStorageFailureKeepsServing(t *testing.T) {
 		t.Fatalf("list on a closed store: %v", r)
 	}
 	// Prepare still answers, with the time and tools but no reminders.
-	ans := f.prepare(t, llm.PrepareRequest{RequestID: "b-3", SessionID: sid, Directives: []llm.HostDirective{{Kind: "stopMessage", Text: "go"}}})
+	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "b-3", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "stopMessage", Text: "go"}}})
 	if ans.Reserved || ans.NowMs != t0.UnixMilli() || len(ans.Tools) != 1 {
 		t.Fatalf("prepare on a closed store: %+v", ans)
 	}
 	if rec := f.do(t, http.MethodGet, "/healthz", "", nil); rec.Code != http.StatusOK {
 		t.Fatalf("healthz: %d", rec.Code)
 	}
-	if code := f.outcome(t, llm.PathCommit, "b-3"); code != http.StatusInternalServerError {
+	if code := f.outcome(t, hostapi.PathCommit, "b-3"); code != http.StatusInternalServerError {
 		t.Fatalf("commit on a closed store: %d", code)
 	}
 	if rec := f.do(t, http.MethodGet, "/api/sessions", "", nil); rec.Code != http.StatusInternalServerError {
@@ -412,8 +413,8 @@ func TestRestartKeepsState(t *testing.T) {
 	f := openFixture(t, dir, clk)
 	const sid = "sess-restart"
 	id := f.schedule(t, sid, "survive the restart", t0.Add(10*time.Minute))
-	f.prepare(t, llm.PrepareRequest{RequestID: "r-1", SessionID: sid, Directives: []llm.HostDirective{{Kind: "stopMessage", Text: "again", MaxRepeats: 2}}})
-	f.prepare(t, llm.PrepareRequest{RequestID: "r-2", SessionID: "sess-touch-only"})
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r-1", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "stopMessage", Text: "again", MaxRepeats: 2}}})
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r-2", SessionID: "sess-touch-only"})
 	if err := f.svc.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Fatalf("touched session after restart: %+v %v", s, ok)
 	}
 	// And the due task is injected by the new process.
-	if ans := g.prepare(t, llm.PrepareRequest{RequestID: "r-4", SessionID: sid}); ans.Reminders != reminderFor("survive the restart") {
+	if ans := g.prepare(t, hostapi.PrepareRequest{RequestID: "r-4", SessionID: sid}); ans.Reminders != reminderFor("survive the restart") {
 		t.Fatalf("reminder after restart: %+v", ans)
 	}
 }
@@ -441,10 +442,10 @@ func TestRestartKeepsState(t *testing.T) {
 func TestDevTokenDefault(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.Token = "" })
-	if rec := f.do(t, http.MethodGet, llm.PathState, DevToken, nil); rec.Code != http.StatusOK {
+	if rec := f.do(t, http.MethodGet, hostapi.PathState, DevToken, nil); rec.Code != http.StatusOK {
 		t.Fatalf("dev token: %d", rec.Code)
 	}
-	if rec := f.do(t, http.MethodGet, llm.PathState, testToken, nil); rec.Code != http.StatusUnauthorized {
+	if rec := f.do(t, http.MethodGet, hostapi.PathState, testToken, nil); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("other token with dev default: %d", rec.Code)
 	}
 }
@@ -452,8 +453,8 @@ func TestDevTokenDefault(t *testing.T) {
 func TestStateAndHealthz(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	rec := f.do(t, http.MethodGet, llm.PathState, testToken, nil)
-	var st llm.StateResponse
+	rec := f.do(t, http.MethodGet, hostapi.PathState, testToken, nil)
+	var st hostapi.StateResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 {
 		t.Fatalf("state: %d %s", rec.Code, rec.Body)
 	}
@@ -464,7 +465,7 @@ func TestStateAndHealthz(t *testing.T) {
 	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"ok":true,"ntp":{"status":"disabled","offsetMs":0}}` {
 		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
 	}
-	if rec := f.do(t, http.MethodGet, llm.PathPrepare, testToken, nil); rec.Code != http.StatusMethodNotAllowed {
+	if rec := f.do(t, http.MethodGet, hostapi.PathPrepare, testToken, nil); rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET prepare: %d", rec.Code)
 	}
 	if rec := f.do(t, http.MethodGet, "/nope", "", nil); rec.Code != http.StatusNotFound {
@@ -475,7 +476,7 @@ func TestStateAndHealthz(t *testing.T) {
 func TestDisableClock(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.DisableClock = true })
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "d-1", SessionID: "s"}); len(ans.Tools) != 0 {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "d-1", SessionID: "s"}); len(ans.Tools) != 0 {
 		t.Fatalf("tools with clock disabled: %v", ans.Tools)
 	}
 	if r := f.tool(t, "s", "d-2", "clock", `{"action":"get","items":[],"taskId":""}`); r.ok() {
@@ -516,7 +517,7 @@ func TestPrepareTimezoneReachesClock(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	dir := func(tz, rid string) {
-		f.prepare(t, llm.PrepareRequest{RequestID: rid, SessionID: "sess-" + rid, Timezone: tz, Directives: []llm.HostDirective{
+		f.prepare(t, hostapi.PrepareRequest{RequestID: rid, SessionID: "sess-" + rid, Timezone: tz, Directives: []hostapi.HostDirective{
 			{Kind: "clock", Clock: &llm.ClockItem{DueAt: "2026-02-03T09:00:00-08:00", Task: "standup", Repeat: "daily"}},
 		}})
 	}

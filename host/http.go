@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/chimehq/chime/host/clock"
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 )
 
 // PathToolsExecute runs a server tool over HTTP (ToolExecutor).
@@ -36,12 +36,12 @@ func (s *Service) routes() http.Handler {
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
 		mux.Handle(pattern, s.count(endpoint, h))
 	}
-	handle("POST "+llm.PathPrepare, "prepare", s.authed(s.handlePrepare))
-	handle("POST "+llm.PathCommit, "commit", s.authed(s.handleOutcome(true)))
-	handle("POST "+llm.PathRollback, "rollback", s.authed(s.handleOutcome(false)))
-	handle("GET "+llm.PathState, "state", s.authed(s.handleState))
-	handle("POST "+llm.PathResolve, "resolve", s.authed(s.handleResolve))
-	handle("POST "+llm.PathCancel, "cancel", s.authed(s.handleCancel))
+	handle("POST "+hostapi.PathPrepare, "prepare", s.authed(s.handlePrepare))
+	handle("POST "+hostapi.PathCommit, "commit", s.authed(s.handleOutcome(true)))
+	handle("POST "+hostapi.PathRollback, "rollback", s.authed(s.handleOutcome(false)))
+	handle("GET "+hostapi.PathState, "state", s.authed(s.handleState))
+	handle("POST "+hostapi.PathResolve, "resolve", s.authed(s.handleResolve))
+	handle("POST "+hostapi.PathCancel, "cancel", s.authed(s.handleCancel))
 	handle("POST "+PathToolsExecute, "tools_execute", s.authed(s.handleToolsExecute))
 	handle("GET /healthz", "healthz", s.handleHealthz)
 	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
@@ -60,8 +60,8 @@ func (s *Service) routes() http.Handler {
 
 // knownMethods lets a wrong method get 405 instead of 404.
 var knownMethods = map[string]string{
-	llm.PathPrepare: "POST", llm.PathCommit: "POST", llm.PathRollback: "POST", llm.PathState: "GET",
-	llm.PathResolve: "POST", llm.PathCancel: "POST",
+	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
+	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST",
 	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 
@@ -160,7 +160,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
-	var req llm.PrepareRequest
+	var req hostapi.PrepareRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
@@ -169,7 +169,7 @@ func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) handleOutcome(commit bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req llm.OutcomeRequest
+		var req hostapi.OutcomeRequest
 		if !decodeBody(w, r, &req) {
 			return
 		}
@@ -193,7 +193,7 @@ func (s *Service) handleOutcome(commit bool) http.HandlerFunc {
 }
 
 func (s *Service) handleResolve(w http.ResponseWriter, r *http.Request) {
-	var req llm.ResolveRequest
+	var req hostapi.ResolveRequest
 	if !decodeBodyLimit(w, r, &req, maxResolveBody) {
 		return
 	}
@@ -206,7 +206,7 @@ func (s *Service) handleResolve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
-	var req llm.OutcomeRequest
+	var req hostapi.OutcomeRequest
 	if !decodeBody(w, r, &req) {
 		return
 	}
@@ -235,8 +235,8 @@ func (s *Service) handleToolsExecute(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
-		OK  bool        `json:"ok"`
-		NTP llm.NTPInfo `json:"ntp"`
+		OK  bool            `json:"ok"`
+		NTP hostapi.NTPInfo `json:"ntp"`
 	}{true, s.ntpInfo()})
 }
 

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/jonboulle/clockwork"
-
-	"github.com/chimehq/chime/llm"
 )
 
 // scrape returns every sample of /metrics keyed by its name and labels as
@@ -49,17 +48,17 @@ func TestMetrics(t *testing.T) {
 	const sid = "sess-metrics"
 	f.schedule(t, sid, "one", t0.Add(30*time.Second))
 	f.schedule(t, sid, "two", t0.Add(40*time.Second))
-	f.prepare(t, llm.PrepareRequest{RequestID: "m-1", SessionID: sid}) // 2 reminders
-	f.outcome(t, llm.PathCommit, "m-1")
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "m-1", SessionID: sid}) // 2 reminders
+	f.outcome(t, hostapi.PathCommit, "m-1")
 	f.schedule(t, sid, "three", t0.Add(50*time.Second))
-	f.prepare(t, llm.PrepareRequest{RequestID: "m-2", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "m-2", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "go"}, {Kind: "stopMessage", Text: "go", MaxRepeats: -2}, {Kind: "route", Route: "r1"},
 	}}) // 1 reminder
-	f.outcome(t, llm.PathRollback, "m-2")
-	f.outcome(t, llm.PathRollback, "m-unknown") // releases nothing: not counted
+	f.outcome(t, hostapi.PathRollback, "m-2")
+	f.outcome(t, hostapi.PathRollback, "m-unknown") // releases nothing: not counted
 	f.tool(t, sid, "m-3", "clock", `{"action":"nope","items":[],"taskId":""}`)
 	f.tool(t, sid, "m-4", "other", `{}`)
-	f.do(t, http.MethodGet, llm.PathState, "wrong", nil)
+	f.do(t, http.MethodGet, hostapi.PathState, "wrong", nil)
 
 	m := scrape(t, f)
 	want := map[string]float64{
@@ -101,11 +100,11 @@ func TestDashboardAPI(t *testing.T) {
 	f := newFixture(t)
 	const sid = "sess/dash"
 	f.schedule(t, sid, "private errand", t0.Add(time.Hour))
-	f.prepare(t, llm.PrepareRequest{RequestID: "d-1", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "d-1", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "secret continue text", MaxRepeats: 4}, {Kind: "route", Route: "slow"},
 	}})
 	f.clk.Advance(time.Minute)
-	f.prepare(t, llm.PrepareRequest{RequestID: "d-2", SessionID: "sess-other"}) // touch only, not flushed
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "d-2", SessionID: "sess-other"}) // touch only, not flushed
 
 	rec := f.do(t, http.MethodGet, "/api/sessions", "", nil)
 	if rec.Code != http.StatusOK {
@@ -198,7 +197,7 @@ func TestServeLifecycle(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.svc.Serve(ctx, ln) }()
 
-	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+llm.PathPrepare,
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+hostapi.PathPrepare,
 		strings.NewReader(`{"requestId":"live-1","sessionId":"live"}`))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := http.DefaultClient.Do(req)

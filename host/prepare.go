@@ -14,28 +14,9 @@ import (
 
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
-)
-
-// PrepareAnswer is the prepare response body: llm.PrepareResponse plus the
-// session's pinned route (SPEC §4), which the filter needs on every request
-// of the session, not only the one carrying `<**route:…**>`.
-type PrepareAnswer struct {
-	llm.PrepareResponse
-	// Route is the pinned upstream route after this request's directives;
-	// "" when none.
-	Route string `json:"route,omitempty"`
-}
-
-// Directive kinds of llm.HostDirective.Kind (SPEC §4).
-const (
-	kindStopMessage      = "stopMessage"
-	kindStopMessageClear = "stopMessage:clear"
-	kindClock            = "clock"
-	kindClockClear       = "clock:clear"
-	kindRoute            = "route"
-	kindRouteClear       = "route:clear"
 )
 
 // maxRouteLen bounds a pinned route name; routes are header values.
@@ -47,12 +28,12 @@ var errNoSession = errors.New("no session id on the request")
 // applies the directives in order, reserves the session's due reminders for
 // req.RequestID and tells the filter what to inject. A failing directive is
 // logged and skipped; Prepare itself never fails.
-func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAnswer {
+func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hostapi.PrepareResponse {
 	now := s.now()
 	ctx = clock.WithLocation(ctx, s.location(req.Timezone))
-	ans := PrepareAnswer{PrepareResponse: llm.PrepareResponse{NowMs: now.UnixMilli(), NTP: s.ntpInfo()}}
+	ans := hostapi.PrepareResponse{NowMs: now.UnixMilli(), NTP: s.ntpInfo()}
 	if !s.cfg.DisableClock {
-		ans.Tools = []string{clock.ToolName}
+		ans.Tools = []string{hostapi.ClockToolName}
 	}
 	sid := req.SessionID
 	if sid != "" {
@@ -109,7 +90,7 @@ func (s *Service) Prepare(ctx context.Context, req llm.PrepareRequest) PrepareAn
 // racing each other apply it once, and releases the claim when applying
 // fails, so a later request may try again. It reports false, nil for a
 // duplicate.
-func (s *Service) applyOnce(ctx context.Context, sid string, req llm.PrepareRequest, d llm.HostDirective, now time.Time) (bool, error) {
+func (s *Service) applyOnce(ctx context.Context, sid string, req hostapi.PrepareRequest, d hostapi.HostDirective, now time.Time) (bool, error) {
 	if sid == "" {
 		return false, errNoSession
 	}
@@ -129,9 +110,9 @@ func (s *Service) applyOnce(ctx context.Context, sid string, req llm.PrepareRequ
 
 // directiveDigest identifies a directive at its position: SHA-256 over its
 // canonical JSON form (kind, parsed arguments and position, in the field
-// order of llm.HostDirective, so spacing inside the tag does not matter)
+// order of hostapi.HostDirective, so spacing inside the tag does not matter)
 // and the Responses previous_response_id its position counts from.
-func directiveDigest(d llm.HostDirective, previousResponseID string) string {
+func directiveDigest(d hostapi.HostDirective, previousResponseID string) string {
 	canon, err := json.Marshal(d)
 	if err != nil {
 		panic(err) // a plain struct of strings and numbers
@@ -145,12 +126,12 @@ func directiveDigest(d llm.HostDirective, previousResponseID string) string {
 
 // applyDirective applies one directive to the session's state; every write
 // is synchronous (SPEC §6 write-through).
-func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d llm.HostDirective, now time.Time) error {
+func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d hostapi.HostDirective, now time.Time) error {
 	if sid == "" {
 		return errNoSession
 	}
 	switch d.Kind {
-	case kindStopMessage:
+	case hostapi.DirectiveStopMessage:
 		if strings.TrimSpace(d.Text) == "" {
 			return errors.New("stopMessage text is empty")
 		}
@@ -162,13 +143,13 @@ func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d l
 			return fmt.Errorf("stopMessage repeats %d: want N ≥ 1", n)
 		}
 		return s.store.PutStopMessage(sid, storage.StopMessage{Text: d.Text, MaxRepeats: n, UpdatedAt: now.UnixMilli()})
-	case kindStopMessageClear:
+	case hostapi.DirectiveStopMessageClear:
 		_, err := s.store.DeleteStopMessage(sid)
 		return err
-	case kindClockClear:
+	case hostapi.DirectiveClockClear:
 		_, err := s.engine.ApplyClear(ctx, sid)
 		return err
-	case kindClock:
+	case hostapi.DirectiveClock:
 		if d.Clock == nil {
 			return errors.New("clock directive without a task")
 		}
@@ -178,12 +159,12 @@ func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d l
 		}
 		_, err = s.engine.ScheduleFromDirective(ctx, sid, requestID, string(payload))
 		return err
-	case kindRoute:
+	case hostapi.DirectiveRoute:
 		if err := checkRoute(d.Route); err != nil {
 			return err
 		}
 		return s.setRoute(sid, d.Route, now)
-	case kindRouteClear:
+	case hostapi.DirectiveRouteClear:
 		return s.setRoute(sid, "", now)
 	}
 	return fmt.Errorf("unknown directive kind %q", d.Kind)
@@ -221,7 +202,7 @@ func (s *Service) setRoute(sid, route string, now time.Time) error {
 // directiveLabel bounds the metric label set to the known kinds.
 func directiveLabel(kind string) string {
 	switch kind {
-	case kindStopMessage, kindStopMessageClear, kindClock, kindClockClear, kindRoute, kindRouteClear:
+	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear, hostapi.DirectiveClock, hostapi.DirectiveClockClear, hostapi.DirectiveRoute, hostapi.DirectiveRouteClear:
 		return kind
 	}
 	return "unknown"
@@ -261,13 +242,13 @@ func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string
 	var res json.RawMessage
 	label := name
 	switch {
-	case name == clock.ToolName && !s.cfg.DisableClock:
+	case name == hostapi.ClockToolName && !s.cfg.DisableClock:
 		res = s.engine.Execute(ctx, sessionID, requestID, args)
-	case name == clock.ToolName:
+	case name == hostapi.ClockToolName:
 		res = mustJSON(toolResult{Error: "the clock tool is disabled on this host"})
 	default:
 		label = "unknown"
-		res = mustJSON(toolResult{Error: fmt.Sprintf("unknown tool %q; this host serves: %s", name, clock.ToolName)})
+		res = mustJSON(toolResult{Error: fmt.Sprintf("unknown tool %q; this host serves: %s", name, hostapi.ClockToolName)})
 	}
 	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
 	return res

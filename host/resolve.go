@@ -7,7 +7,7 @@ import (
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/storage"
 )
 
@@ -39,7 +39,7 @@ func (s *Service) newResolver() (*resolve.Resolver, error) {
 // Resolve runs the followup chain of one finished upstream turn (POST
 // /v1/filter/resolve; docs/host-api.md). The error wraps
 // resolve.ErrBadRequest for invalid input.
-func (s *Service) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.ResolveResponse, error) {
+func (s *Service) Resolve(ctx context.Context, req hostapi.ResolveRequest) (hostapi.ResolveResponse, error) {
 	return s.resolver.Resolve(ctx, req)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -83,8 +84,8 @@ var paths = map[llm.Protocol]string{
 	llm.Chat: "/v1/chat/completions", llm.Responses: "/v1/responses", llm.Messages: "/v1/messages?beta=true",
 }
 
-func resolveReq(p llm.Protocol, proxy *fakeProxy, requestID, session string, turn *llm.Turn) llm.ResolveRequest {
-	return llm.ResolveRequest{
+func resolveReq(p llm.Protocol, proxy *fakeProxy, requestID, session string, turn *llm.Turn) hostapi.ResolveRequest {
+	return hostapi.ResolveRequest{
 		RequestID: requestID, SessionID: session, Protocol: p.String(), Path: paths[p],
 		Reentry: proxy.reentry(),
 		Headers: map[string]string{
@@ -100,13 +101,13 @@ func resolveReq(p llm.Protocol, proxy *fakeProxy, requestID, session string, tur
 }
 
 // resolve posts req to the host with the token and decodes the answer.
-func (f *fixture) resolve(t testing.TB, req llm.ResolveRequest) llm.ResolveResponse {
+func (f *fixture) resolve(t testing.TB, req hostapi.ResolveRequest) hostapi.ResolveResponse {
 	t.Helper()
-	rec := f.do(t, http.MethodPost, llm.PathResolve, testToken, req)
+	rec := f.do(t, http.MethodPost, hostapi.PathResolve, testToken, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("resolve: %d %s", rec.Code, rec.Body)
 	}
-	var resp llm.ResolveResponse
+	var resp hostapi.ResolveResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 		t.Fatalf("resolve answer %q: %v", rec.Body, err)
 	}
@@ -205,8 +206,8 @@ func TestResolveClockToolFollowup(t *testing.T) {
 			if id := fu.header.Get("X-Request-Id"); id != "req-1:tool1" {
 				t.Errorf("x-request-id %q", id)
 			}
-			if id, ok := llm.VerifyFollowupMarker(testToken, fu.header.Get(llm.HeaderFollowup)); !ok || id != "req-1:tool1" {
-				t.Errorf("marker %q does not verify: %q %v", fu.header.Get(llm.HeaderFollowup), id, ok)
+			if id, ok := hostapi.VerifyFollowupMarker(testToken, fu.header.Get(hostapi.HeaderFollowup)); !ok || id != "req-1:tool1" {
+				t.Errorf("marker %q does not verify: %q %v", fu.header.Get(hostapi.HeaderFollowup), id, ok)
 			}
 			h := fu.header
 			if h.Get("Authorization") != "Bearer sk-client" || h.Get("X-Chime-Session") != sid {
@@ -265,7 +266,7 @@ func TestResolveStopMessageTwice(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
 			sid := "sess-stop-" + p.String()
-			f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
+			f.prepare(t, hostapi.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []hostapi.HostDirective{
 				{Kind: "stopMessage", Text: "keep going", MaxRepeats: 2},
 			}})
 			var usedAtSend []int
@@ -312,7 +313,7 @@ func TestResolveStopMessageTwice(t *testing.T) {
 			if resp.Continued || resp.Hops != 0 || len(proxy.followups()) != 2 {
 				t.Fatalf("used-up stopMessage continued: %+v", resp)
 			}
-			if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-3", SessionID: sid}); ans.MayContinue {
+			if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-3", SessionID: sid}); ans.MayContinue {
 				t.Error("prepare: mayContinue with a used-up stopMessage")
 			}
 		})
@@ -323,7 +324,7 @@ func TestResolveStopMessageNotOnLengthOrCompaction(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-compact"
-	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "keep going", MaxRepeats: 5},
 	}})
 	proxy := newFakeProxy(t, llm.Responses, func(int, followup, context.Context) (int, *llm.Turn) {
@@ -352,7 +353,7 @@ func TestResolveRepeatedPairs(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const sid = "sess-repeat"
-	f.prepare(t, llm.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []llm.HostDirective{
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "req-0", SessionID: sid, Directives: []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "continue", MaxRepeats: 10},
 	}})
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
@@ -518,12 +519,12 @@ func (f *fixture) scheduleMs(t *testing.T, session, task string, due time.Time) 
 
 // resolveAsync posts req like resolve, in a goroutine, so the test can
 // drive the chain's waits with the fake clock meanwhile.
-func (f *fixture) resolveAsync(t *testing.T, req llm.ResolveRequest) <-chan llm.ResolveResponse {
+func (f *fixture) resolveAsync(t *testing.T, req hostapi.ResolveRequest) <-chan hostapi.ResolveResponse {
 	t.Helper()
-	done := make(chan llm.ResolveResponse, 1)
+	done := make(chan hostapi.ResolveResponse, 1)
 	go func() {
-		rec := f.do(t, http.MethodPost, llm.PathResolve, testToken, req)
-		var resp llm.ResolveResponse
+		rec := f.do(t, http.MethodPost, hostapi.PathResolve, testToken, req)
+		var resp hostapi.ResolveResponse
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &resp) != nil {
 			t.Errorf("resolve: %d %s", rec.Code, rec.Body)
 		}
@@ -564,7 +565,7 @@ func TestResolveHold(t *testing.T) {
 	const sid = "sess-hold"
 	due := t0.Add(90 * time.Second) // injectable from t0+30s (60 s due window)
 	f.scheduleMs(t, sid, "water the plants", due)
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-1", SessionID: sid}); ans.Reserved || !ans.MayContinue {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-1", SessionID: sid}); ans.Reserved || !ans.MayContinue {
 		t.Fatalf("prepare before due: %+v", ans)
 	}
 	var sentAt time.Time
@@ -632,7 +633,7 @@ func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
 		t.Fatalf("reservation not rolled back: %+v", ts)
 	}
 	// The next request gets the reminder.
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "req-2", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "req-2", SessionID: sid}); ans.Reminders != reminderFor("call mom") {
 		t.Fatalf("next prepare: %+v", ans)
 	}
 }
@@ -682,7 +683,7 @@ func TestResolveCancelDuringHold(t *testing.T) {
 	})
 	done := f.resolveAsync(t, resolveReq(llm.Chat, proxy, "req-1", sid, &llm.Turn{Text: "ok", Finish: llm.Finish{Reason: llm.FinishStop}}))
 	f.blockUntil(t, holding)
-	if rec := f.do(t, http.MethodPost, llm.PathCancel, testToken, llm.OutcomeRequest{RequestID: "req-1"}); rec.Code != http.StatusNoContent {
+	if rec := f.do(t, http.MethodPost, hostapi.PathCancel, testToken, hostapi.OutcomeRequest{RequestID: "req-1"}); rec.Code != http.StatusNoContent {
 		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
 	}
 	// The clock has not moved: only the cancel can end the hold.
@@ -749,7 +750,7 @@ func TestResolveCancelBeforeResolve(t *testing.T) {
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) {
 		return http.StatusOK, &llm.Turn{Text: "x"}
 	})
-	if rec := f.do(t, http.MethodPost, llm.PathCancel, testToken, llm.OutcomeRequest{RequestID: "req-early"}); rec.Code != http.StatusNoContent {
+	if rec := f.do(t, http.MethodPost, hostapi.PathCancel, testToken, hostapi.OutcomeRequest{RequestID: "req-early"}); rec.Code != http.StatusNoContent {
 		t.Fatalf("cancel of an unknown id: %d", rec.Code)
 	}
 	turn := &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: scheduleArgs("never", t0.Add(time.Hour))}}}
@@ -785,7 +786,7 @@ func TestResolveAndCancelRequireToken(t *testing.T) {
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	body := resolveReq(llm.Chat, proxy, "req-1", "sess-auth", &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: scheduleArgs("evil", t0.Add(time.Hour))}}})
-	for _, path := range []string{llm.PathResolve, llm.PathCancel} {
+	for _, path := range []string{hostapi.PathResolve, hostapi.PathCancel} {
 		for _, tok := range []string{"", "wrong"} {
 			if rec := f.do(t, http.MethodPost, path, tok, body); rec.Code != http.StatusUnauthorized {
 				t.Errorf("%s with token %q: %d", path, tok, rec.Code)
@@ -809,31 +810,31 @@ func TestResolveBadRequests(t *testing.T) {
 	f := newFixture(t)
 	proxy := newFakeProxy(t, llm.Chat, func(int, followup, context.Context) (int, *llm.Turn) { return http.StatusOK, &llm.Turn{Text: "x"} })
 	good := resolveReq(llm.Chat, proxy, "req-1", "s", &llm.Turn{Text: "x"})
-	cases := map[string]func(*llm.ResolveRequest){
-		"no request id":  func(r *llm.ResolveRequest) { r.RequestID = "" },
-		"bad protocol":   func(r *llm.ResolveRequest) { r.Protocol = "grpc" },
-		"relative path":  func(r *llm.ResolveRequest) { r.Path = "v1/chat/completions" },
-		"url as reentry": func(r *llm.ResolveRequest) { r.Reentry = "http://evil/x" },
-		"no turn":        func(r *llm.ResolveRequest) { r.Turn = nil },
-		"bad request":    func(r *llm.ResolveRequest) { r.Request = json.RawMessage(`{"messages":{}}`) },
-		"broken item": func(r *llm.ResolveRequest) {
+	cases := map[string]func(*hostapi.ResolveRequest){
+		"no request id":  func(r *hostapi.ResolveRequest) { r.RequestID = "" },
+		"bad protocol":   func(r *hostapi.ResolveRequest) { r.Protocol = "grpc" },
+		"relative path":  func(r *hostapi.ResolveRequest) { r.Path = "v1/chat/completions" },
+		"url as reentry": func(r *hostapi.ResolveRequest) { r.Reentry = "http://evil/x" },
+		"no turn":        func(r *hostapi.ResolveRequest) { r.Turn = nil },
+		"bad request":    func(r *hostapi.ResolveRequest) { r.Request = json.RawMessage(`{"messages":{}}`) },
+		"broken item": func(r *hostapi.ResolveRequest) {
 			r.Turn = &llm.Turn{Text: "x", Items: []llm.Item{{Kind: llm.ItemRaw, Raw: `{"type":"thinking"`}}}
 		},
 	}
 	for name, mod := range cases {
 		req := good
 		mod(&req)
-		if rec := f.do(t, http.MethodPost, llm.PathResolve, testToken, req); rec.Code != http.StatusBadRequest {
+		if rec := f.do(t, http.MethodPost, hostapi.PathResolve, testToken, req); rec.Code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s", name, rec.Code, rec.Body)
 		}
 	}
-	if rec := f.do(t, http.MethodPost, llm.PathResolve, testToken, "{not json"); rec.Code != http.StatusBadRequest {
+	if rec := f.do(t, http.MethodPost, hostapi.PathResolve, testToken, "{not json"); rec.Code != http.StatusBadRequest {
 		t.Errorf("malformed: %d", rec.Code)
 	}
-	if rec := f.do(t, http.MethodPost, llm.PathCancel, testToken, llm.OutcomeRequest{}); rec.Code != http.StatusBadRequest {
+	if rec := f.do(t, http.MethodPost, hostapi.PathCancel, testToken, hostapi.OutcomeRequest{}); rec.Code != http.StatusBadRequest {
 		t.Errorf("cancel without id: %d", rec.Code)
 	}
-	if rec := f.do(t, http.MethodGet, llm.PathResolve, testToken, nil); rec.Code != http.StatusMethodNotAllowed {
+	if rec := f.do(t, http.MethodGet, hostapi.PathResolve, testToken, nil); rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET resolve: %d", rec.Code)
 	}
 	if len(proxy.followups()) != 0 {
@@ -844,23 +845,23 @@ func TestResolveBadRequests(t *testing.T) {
 func TestPrepareMayContinue(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r0", SessionID: "sess-idle"}); ans.MayContinue {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r0", SessionID: "sess-idle"}); ans.MayContinue {
 		t.Error("idle session: mayContinue")
 	}
-	ans := f.prepare(t, llm.PrepareRequest{RequestID: "r1", SessionID: "sess-sm", Directives: []llm.HostDirective{{Kind: "stopMessage", Text: "go", MaxRepeats: 1}}})
+	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r1", SessionID: "sess-sm", Directives: []hostapi.HostDirective{{Kind: "stopMessage", Text: "go", MaxRepeats: 1}}})
 	if !ans.MayContinue {
 		t.Error("active stopMessage: no mayContinue")
 	}
 	f.schedule(t, "sess-task", "later", t0.Add(3*time.Hour))
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r2", SessionID: "sess-task"}); !ans.MayContinue {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r2", SessionID: "sess-task"}); !ans.MayContinue {
 		t.Error("pending task: no mayContinue")
 	}
 	// A task this very request gets injected is not pending any more.
 	f.schedule(t, "sess-due", "now", t0.Add(10*time.Second))
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r3", SessionID: "sess-due"}); !ans.Reserved || ans.MayContinue {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r3", SessionID: "sess-due"}); !ans.Reserved || ans.MayContinue {
 		t.Errorf("only the request's own reminder: %+v", ans)
 	}
-	if ans := f.prepare(t, llm.PrepareRequest{RequestID: "r4"}); ans.MayContinue {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r4"}); ans.MayContinue {
 		t.Error("no session: mayContinue")
 	}
 }

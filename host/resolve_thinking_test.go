@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -93,13 +94,13 @@ func (s *strictAnthropic) firstBlocks() []string {
 	return append([]string(nil), s.got...)
 }
 
-func thinkingResolveReq(t *testing.T, s *strictAnthropic, original string) llm.ResolveRequest {
+func thinkingResolveReq(t *testing.T, s *strictAnthropic, original string) hostapi.ResolveRequest {
 	t.Helper()
 	turn, err := llm.ParseResponse(llm.Messages, []byte(original))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return llm.ResolveRequest{
+	return hostapi.ResolveRequest{
 		RequestID: "req-think", SessionID: "sess-think", Protocol: llm.Messages.String(), Path: "/v1/messages",
 		Reentry: s.srv.Listener.Addr().String(), Headers: map[string]string{"x-api-key": "sk-ant-secret"},
 		Request: []byte(thinkingRequest), Turn: turn, ServerTools: []string{"clock"}, Streaming: true,

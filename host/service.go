@@ -23,8 +23,8 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
-	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
 	"github.com/chimehq/chime/storage"
 )
@@ -179,9 +179,9 @@ func (s *Service) Close() error {
 // now is host time with the NTP offset (SPEC §5 nowMs).
 func (s *Service) now() time.Time { return s.clock.Now() }
 
-func (s *Service) ntpInfo() llm.NTPInfo {
+func (s *Service) ntpInfo() hostapi.NTPInfo {
 	st := s.tracker.Snapshot()
-	info := llm.NTPInfo{Status: string(st.Status), OffsetMs: st.OffsetMs, Server: st.Server}
+	info := hostapi.NTPInfo{Status: string(st.Status), OffsetMs: st.OffsetMs, Server: st.Server}
 	if !st.UpdatedAt.IsZero() {
 		info.UpdatedAt = st.UpdatedAt.UnixMilli()
 	}
@@ -189,8 +189,8 @@ func (s *Service) ntpInfo() llm.NTPInfo {
 }
 
 // State answers the filter's tick (GET /v1/filter/state).
-func (s *Service) State() llm.StateResponse {
-	return llm.StateResponse{NowMs: s.now().UnixMilli(), NTP: s.ntpInfo()}
+func (s *Service) State() hostapi.StateResponse {
+	return hostapi.StateResponse{NowMs: s.now().UnixMilli(), NTP: s.ntpInfo()}
 }
 
 // location resolves an IANA zone name, cached; nil when unknown or empty.

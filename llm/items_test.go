@@ -271,11 +271,16 @@ func TestItemsSurviveHostAPI(t *testing.T) {
 			if !turn.HasProviderItems() {
 				t.Fatal("sample without provider items")
 			}
-			wire, err := json.Marshal(ResolveRequest{RequestID: "r", Protocol: p.String(), Request: c.request, Turn: turn})
+			// The turn crosses to the host inside hostapi.ResolveRequest as
+			// its "turn" member.
+			type resolveBody struct {
+				Turn *Turn `json:"turn"`
+			}
+			wire, err := json.Marshal(resolveBody{Turn: turn})
 			if err != nil {
 				t.Fatal(err)
 			}
-			var back ResolveRequest
+			var back resolveBody
 			if err := json.Unmarshal(wire, &back); err != nil {
 				t.Fatal(err)
 			}

@@ -68,7 +68,7 @@ func FuzzRequestEdit(f *testing.F) {
 			return
 		}
 		must(t, r.AppendUserText(tag2))
-		if err := r.InjectTools([]ToolSpec{ClockToolSpec(), {Name: "exec", Description: "d"}}); err != nil && !errors.Is(err, ErrBodyShape) {
+		if err := r.InjectTools([]ToolSpec{strictTool(), {Name: "exec", Description: "d"}}); err != nil && !errors.Is(err, ErrBodyShape) {
 			t.Fatal(err)
 		}
 		r.SetStream(!r.Stream())

@@ -27,7 +27,7 @@ const (
 )
 
 // clientBody returns the request body of a captured client request.
-func clientText(t testing.TB, name string) string { return string(clientText(t, name)) }
+func clientText(t testing.TB, name string) string { return string(clientBody(t, name)) }
 
 // jset sets path to a string value; jraw sets it to raw JSON. A path
 // ending in ".-1" appends to an array.

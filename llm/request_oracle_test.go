@@ -144,7 +144,7 @@ func checkEdits(t *testing.T, p Protocol, body []byte, hdr HeaderGetter, want ed
 	must(t, r.AppendUserText(tag1))
 	must(t, r.AppendUserText(tag2))
 	replaced := ToolSpec{Name: "exec", Description: "replaced by chime", Parameters: json.RawMessage(`{"type":"object","properties":{"cmd":{"type":"string"}},"required":["cmd"],"additionalProperties":false}`), Strict: true}
-	must(t, r.InjectTools([]ToolSpec{ClockToolSpec(), replaced}))
+	must(t, r.InjectTools([]ToolSpec{strictTool(), replaced}))
 	if !r.HasToolNamed("clock") || !r.HasToolNamed("exec") || r.HasToolNamed("nope") {
 		t.Error("HasToolNamed wrong after injection")
 	}
@@ -240,7 +240,7 @@ func checkEdits(t *testing.T, p Protocol, body []byte, hdr HeaderGetter, want ed
 	case Messages:
 		clock = doc.Get(`tools.#(name=="clock").input_schema`)
 	}
-	if clock.Get("properties.action.enum.#").Int() != 6 || clock.Get("additionalProperties").Bool() {
+	if clock.Get("properties.action.enum.#").Int() != 2 || clock.Get("additionalProperties").Bool() {
 		t.Errorf("clock schema missing: %s", clock.Raw)
 	}
 	if got := doc.Get(`tools.#(` + map[Protocol]string{Chat: "function.name", Responses: "name", Messages: "name"}[p] + `=="exec")`).Raw; !strings.Contains(got, "replaced by chime") {

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/chimehq/chime/llm/internal/reqscan"
@@ -20,23 +21,27 @@ type HeaderFunc func(name string) string
 // Get calls f(name).
 func (f HeaderFunc) Get(name string) string { return f(name) }
 
-// SessionHeaders are the headers SessionID consults, in priority order
+// sessionHeaders are the headers SessionID consults, in priority order
 // (SPEC §3).
-var SessionHeaders = []string{
+var sessionHeaders = []string{
 	"x-chime-session",
 	"session_id", "session-id", "x-session-id",
 	"conversation_id", "x-conversation-id",
 	"x-claude-code-session-id", "thread-id",
 }
 
-// SessionID resolves the session id as SPEC §3 orders it: the headers in
+// SessionHeaders returns the headers SessionID consults, in priority
+// order (a copy).
+func SessionHeaders() []string { return slices.Clone(sessionHeaders) }
+
+// SessionID resolves the session id as SPEC §3 orders it: the headers of
 // SessionHeaders, then the body's metadata.user_id, then its
 // prompt_cache_key. It returns "" when there is none. The id is returned
 // as sent (trimmed); the host sanitizes it before using it as a key.
 // h may be nil.
 func (r *Request) SessionID(h HeaderGetter) string {
 	if h != nil {
-		for _, name := range SessionHeaders {
+		for _, name := range sessionHeaders {
 			if v := strings.TrimSpace(h.Get(name)); v != "" {
 				return v
 			}

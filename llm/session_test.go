@@ -8,11 +8,11 @@ import (
 func TestSessionIDHeaderOrder(t *testing.T) {
 	r := parse(t, Messages, `{"messages":[],"metadata":{"user_id":"{\"session_id\":\"from-body\"}"},"prompt_cache_key":"pck"}`)
 	h := http.Header{}
-	for _, name := range SessionHeaders {
+	for _, name := range SessionHeaders() {
 		h.Set(name, "v-"+name)
 	}
 	// Removing the winning header each time reveals the next in order.
-	for _, name := range SessionHeaders {
+	for _, name := range SessionHeaders() {
 		if got := r.SessionID(h); got != "v-"+name {
 			t.Fatalf("got %q, want header %s", got, name)
 		}

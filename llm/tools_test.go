@@ -10,55 +10,16 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-func TestClockToolSpecIsStrict(t *testing.T) {
-	spec := ClockToolSpec()
-	if spec.Name != "clock" || !spec.Strict || !strings.Contains(spec.Description, "[scheduled task:") {
-		t.Fatalf("spec = %+v", spec)
-	}
-	var schema map[string]any
-	must(t, json.Unmarshal(spec.Parameters, &schema))
-	// Strict mode: every object lists all its properties as required and
-	// forbids others.
-	var check func(path string, node map[string]any)
-	check = func(path string, node map[string]any) {
-		if node["type"] == "object" {
-			props, _ := node["properties"].(map[string]any)
-			var names, required []string
-			for k := range props {
-				names = append(names, k)
-			}
-			for _, r := range node["required"].([]any) {
-				required = append(required, r.(string))
-			}
-			slices.Sort(names)
-			slices.Sort(required)
-			if !slices.Equal(names, required) || node["additionalProperties"] != false {
-				t.Errorf("%s: properties %v, required %v, additionalProperties %v", path, names, required, node["additionalProperties"])
-			}
-			for k, v := range props {
-				check(path+"."+k, v.(map[string]any))
-			}
-		}
-		if items, ok := node["items"].(map[string]any); ok {
-			check(path+"[]", items)
-		}
-	}
-	check("clock", schema)
-	g := gjson.ParseBytes(spec.Parameters)
-	var actions []string
-	for _, a := range g.Get("properties.action.enum").Array() {
-		actions = append(actions, a.Str)
-	}
-	if !slices.Equal(actions, ClockActions) {
-		t.Errorf("actions = %v", actions)
-	}
-	for _, f := range []string{"dueAt", "task", "tool", "arguments", "repeat", "maxRuns"} {
-		if !g.Get("properties.items.items.properties." + f).Exists() {
-			t.Errorf("items[] lacks %s", f)
-		}
-	}
-	if g.Get("properties.items.items.properties.arguments.type").Str != "string" || g.Get("properties.items.items.properties.maxRuns.type").Str != "integer" {
-		t.Error("arguments must be a JSON string and maxRuns an integer")
+// strictTool is a strict function tool shaped like the server tools chime
+// injects (hostapi owns the real ones; llm must not import it).
+func strictTool() ToolSpec {
+	return ToolSpec{
+		Name:        "clock",
+		Description: "Read the time and set reminders. \"Quoted\" <text> & more.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"action":{"type":"string","enum":["get","schedule"]},` +
+			`"items":{"type":"array","items":{"type":"object","properties":{"dueAt":{"type":"string"}},"required":["dueAt"],"additionalProperties":false}}},` +
+			`"required":["action","items"],"additionalProperties":false}`),
+		Strict: true,
 	}
 }
 

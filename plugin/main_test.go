@@ -18,8 +18,8 @@ import (
 	"time"
 	_ "time/tzdata" // the native side of the comparison must know the zones too
 
+	"github.com/chimehq/chime/hostapi"
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
-	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/internal/filter"
 	"github.com/chimehq/chime/plugin/internal/wasmcheck"
 )
@@ -133,7 +133,7 @@ func TestModuleRunsRequestsUnderEnvoy138(t *testing.T) {
 			io.WriteString(w, `{"id":"resp","output":[]}`)
 		},
 	})
-	s.host.handle(llm.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+	s.host.handle(hostapi.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
 		io.WriteString(w, `{"ntp":{"status":"ok","offsetMs":-12}}`)
 	})
 	c := &http.Client{Timeout: 30 * time.Second}
@@ -150,7 +150,7 @@ func TestModuleRunsRequestsUnderEnvoy138(t *testing.T) {
 		if !strings.HasSuffix(up.tail, "ntpOffsetMs=`-12`\"}]}]}") || up.directive || up.n < size-100 || up.n == size || !framed {
 			t.Fatalf("request %d: upstream got %d bytes (content-length %d), directive %v, ending %q", i, up.n, up.contentLength, up.directive, up.tail)
 		}
-		calls := s.host.callsTo(llm.PathPrepare)
+		calls := s.host.callsTo(hostapi.PathPrepare)
 		if len(calls) != 1 {
 			t.Fatalf("request %d: %d prepare calls", i, len(calls))
 		}
@@ -225,7 +225,7 @@ func TestModuleFailsOpenAndRejectsBadConfig(t *testing.T) {
 			io.WriteString(w, "ok")
 		},
 	})
-	s.host.handle(llm.PathPrepare, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+	s.host.handle(hostapi.PathPrepare, func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		select { // never answers in time: the runtime's http_call timeout ends it
 		case <-r.Context().Done():
 		case <-time.After(5 * time.Second):
@@ -317,7 +317,7 @@ func TestModuleRendersZones(t *testing.T) {
 		t.Errorf("the filter set its tick period %d times, want once", ticks)
 	}
 	// The host fails (503): the filter's own clock writes the tag.
-	s.host.handle(llm.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) { w.WriteHeader(503) })
+	s.host.handle(hostapi.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) { w.WriteHeader(503) })
 	for _, zone := range []string{"Asia/Kathmandu", "", "Australia/Lord_Howe", "Not/AZone"} {
 		resp, _ := s.post(http.DefaultClient, "/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"}]}`),
 			"x-chime-timezone", zone)

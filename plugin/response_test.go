@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/chimehq/chime/internal/ssecheck"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/internal/ssecheck"
 
 	"github.com/chimehq/chime/llm"
 )
@@ -102,13 +104,13 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 	}
 
 	s := mustStart(t, stackOptions{pluginConfig: `{"token":"t0k"}`, upstream: up.ServeHTTP})
-	s.host.handle(llm.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+	s.host.handle(hostapi.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
 		io.WriteString(w, `{"ntp":{"status":"ok","offsetMs":0},"tools":["clock"]}`)
 	})
 	resolveArrived := make(chan string, 2)
 	answers := map[string]chan string{"r2": make(chan string, 1), "r3": make(chan string, 1)}
-	s.host.handle(llm.PathResolve, func(w http.ResponseWriter, _ *http.Request, body []byte) {
-		var req llm.ResolveRequest
+	s.host.handle(hostapi.PathResolve, func(w http.ResponseWriter, _ *http.Request, body []byte) {
+		var req hostapi.ResolveRequest
 		json.Unmarshal(body, &req)
 		resolveArrived <- req.RequestID
 		if ch := answers[req.RequestID]; ch != nil {
@@ -116,14 +118,14 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 		}
 	})
 	cancels := make(chan []byte, 2)
-	s.host.handle(llm.PathCancel, func(w http.ResponseWriter, _ *http.Request, body []byte) {
+	s.host.handle(hostapi.PathCancel, func(w http.ResponseWriter, _ *http.Request, body []byte) {
 		cancels <- body
 		w.WriteHeader(http.StatusNoContent)
 	})
 
 	// stream sends one streaming request and returns the response once the
 	// client has the text before the call and the host has the resolve.
-	stream := func(ctx context.Context, id string) (*http.Response, llm.ResolveRequest) {
+	stream := func(ctx context.Context, id string) (*http.Response, hostapi.ResolveRequest) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/messages",
 			strings.NewReader(`{"model":"m","max_tokens":99,"stream":true,"messages":[{"role":"user","content":"time?"}]}`))
@@ -155,8 +157,8 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 		if sent := up.request(id); !bytes.Contains(sent, []byte(`"name":"clock"`)) {
 			t.Fatalf("stream %s: request not prepared: %s", id, sent)
 		}
-		calls := s.host.callsTo(llm.PathResolve)
-		var rr llm.ResolveRequest
+		calls := s.host.callsTo(hostapi.PathResolve)
+		var rr hostapi.ResolveRequest
 		if err := json.Unmarshal(calls[len(calls)-1].body, &rr); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +171,7 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 
 	// Stream r2: the host continues; the client gets one spliced turn.
 	resp, _ := stream(context.Background(), "r2")
-	answers["r2"] <- string(mustJSON(t, llm.ResolveResponse{Continued: true, Continuation: cont, Hops: 1}))
+	answers["r2"] <- string(mustJSON(t, hostapi.ResolveResponse{Continued: true, Continuation: cont, Hops: 1}))
 	rest, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
@@ -224,7 +226,7 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 	if r, _ := s.post(http.DefaultClient, "/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"}]}`)); r.StatusCode != 200 {
 		t.Fatalf("next request: %d", r.StatusCode)
 	}
-	if n := len(s.host.callsTo(llm.PathCancel)); n != 1 {
+	if n := len(s.host.callsTo(hostapi.PathCancel)); n != 1 {
 		t.Errorf("%d cancels, want 1", n)
 	}
 	for _, r := range s.logs.guest(slog.LevelDebug - 4) {

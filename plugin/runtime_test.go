@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/envoy"
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 )
 
 // The tests in this package run chime.wasm inside the real local runtime
@@ -279,9 +279,9 @@ func newFakeHost(t testing.TB) *fakeHost {
 		switch {
 		case fn != nil:
 			fn(w, r, body)
-		case r.URL.Path == llm.PathPrepare || r.URL.Path == llm.PathState:
+		case r.URL.Path == hostapi.PathPrepare || r.URL.Path == hostapi.PathState:
 			io.WriteString(w, `{"ntp":{"status":"ok","offsetMs":0}}`)
-		case r.URL.Path == llm.PathResolve:
+		case r.URL.Path == hostapi.PathResolve:
 			io.WriteString(w, `{"continued":false}`)
 		default:
 			w.WriteHeader(http.StatusNoContent)

@@ -340,40 +340,6 @@ func TestStorageFailureIsToolError(t *testing.T) {
 	}
 }
 
-func TestToolParametersStrict(t *testing.T) {
-	var schema map[string]any
-	if err := json.Unmarshal(ToolParameters(), &schema); err != nil {
-		t.Fatal(err)
-	}
-	var check func(path string, obj map[string]any)
-	check = func(path string, obj map[string]any) {
-		props, _ := obj["properties"].(map[string]any)
-		req, _ := obj["required"].([]any)
-		if len(props) == 0 || len(req) != len(props) || obj["additionalProperties"] != false {
-			t.Fatalf("%s: not strict: %v", path, obj)
-		}
-		for _, r := range req {
-			if _, ok := props[r.(string)]; !ok {
-				t.Fatalf("%s: required %v not a property", path, r)
-			}
-		}
-		items := props["items"]
-		if m, ok := items.(map[string]any); ok {
-			if inner, ok := m["items"].(map[string]any); ok {
-				check(path+".items", inner)
-			}
-		}
-	}
-	check("clock", schema)
-	actions := schema["properties"].(map[string]any)["action"].(map[string]any)["enum"].([]any)
-	if fmt.Sprint(actions) != "[get schedule list cancel clear update]" {
-		t.Fatalf("actions: %v", actions)
-	}
-	if ToolName != "clock" || !strings.Contains(ToolDescription, "schedule") {
-		t.Fatal("tool name/description")
-	}
-}
-
 func FuzzExecute(f *testing.F) {
 	for _, s := range []string{
 		`{"action":"get","items":[],"taskId":""}`,

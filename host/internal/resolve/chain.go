@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -19,7 +20,7 @@ import (
 // followup turns it produced.
 type chain struct {
 	r          *Resolver
-	req        *llm.ResolveRequest
+	req        *hostapi.ResolveRequest
 	proto      llm.Protocol
 	ctx        context.Context
 	body       []byte    // the last request sent upstream (original, then each followup)
@@ -266,7 +267,7 @@ func (c *chain) post(id string, body []byte) (*llm.Turn, int, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("X-Request-Id", id)
-	req.Header.Set(llm.HeaderFollowup, llm.FollowupMarker(cfg.Token, id))
+	req.Header.Set(hostapi.HeaderFollowup, hostapi.FollowupMarker(cfg.Token, id))
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
 		c.r.log.Debug("followup got no answer", "request", id, "err", err)
@@ -338,7 +339,7 @@ var dropped = map[string]bool{
 	"proxy-connection": true, "proxy-authenticate": true, "proxy-authorization": true,
 	"te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
 	"accept-encoding": true, "expect": true, "content-type": true, "accept": true,
-	"x-request-id": true, llm.HeaderFollowup: true,
+	"x-request-id": true, hostapi.HeaderFollowup: true,
 }
 
 func copyHeaders(dst http.Header, src map[string]string) {
@@ -367,8 +368,8 @@ func copyHeaders(dst http.Header, src map[string]string) {
 // A failed followup is never silent (SPEC §14): the continuation is the
 // last good turn (the followups that came back, or nothing more than the
 // original) with a note saying the continuation failed.
-func (c *chain) answer(reason string) llm.ResolveResponse {
-	resp := llm.ResolveResponse{Reason: reason, Hops: c.hops}
+func (c *chain) answer(reason string) hostapi.ResolveResponse {
+	resp := hostapi.ResolveResponse{Reason: reason, Hops: c.hops}
 	if reason == ReasonCancelled {
 		return resp
 	}

@@ -20,21 +20,23 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
 )
 
-// Reasons a chain ends (llm.ResolveResponse.Reason).
+// Reasons a chain ends (hostapi.ResolveResponse.Reason), named here for
+// the chain code.
 const (
-	ReasonDone          = "done"           // nothing (more) to do
-	ReasonClientTools   = "client_tools"   // the turn has client tool calls: the client answers them
-	ReasonMaxHops       = "max_hops"       // SPEC §7: at most MaxHops followups
-	ReasonMaxDuration   = "max_duration"   // SPEC §7: at most MaxDuration of wall time
-	ReasonRepeated      = "repeated"       // SPEC §7: RepeatLimit identical request/response pairs
-	ReasonCancelled     = "cancelled"      // the client went away (PathCancel or the callout dropped)
-	ReasonRejected      = "rejected"       // SPEC §14: the provider answered a followup with 4xx
-	ReasonUpstreamError = "upstream_error" // a followup got 5xx (or another non-2xx), no answer, or a body that is not a turn
-	ReasonError         = "error"          // a followup could not be built, or the stopMessage write failed (logged)
+	ReasonDone          = hostapi.ReasonDone
+	ReasonClientTools   = hostapi.ReasonClientTools
+	ReasonMaxHops       = hostapi.ReasonMaxHops
+	ReasonMaxDuration   = hostapi.ReasonMaxDuration
+	ReasonRepeated      = hostapi.ReasonRepeated
+	ReasonCancelled     = hostapi.ReasonCancelled
+	ReasonRejected      = hostapi.ReasonRejected
+	ReasonUpstreamError = hostapi.ReasonUpstreamError
+	ReasonError         = hostapi.ReasonError
 )
 
 // FailureNote is the text appended to the last good turn when a followup
@@ -118,7 +120,7 @@ type Observer interface {
 
 // Config wires a Resolver. Token, Tools, Stop and Reminders are required.
 type Config struct {
-	Token     string // signs llm.HeaderFollowup
+	Token     string // signs hostapi.HeaderFollowup
 	Tools     Tools
 	Stop      StopMessages
 	Reminders Reminders
@@ -235,7 +237,7 @@ func ParseProtocol(s string) llm.Protocol {
 	return llm.Unknown
 }
 
-func validate(req *llm.ResolveRequest, defaultReentry string) (llm.Protocol, error) {
+func validate(req *hostapi.ResolveRequest, defaultReentry string) (llm.Protocol, error) {
 	p := ParseProtocol(req.Protocol)
 	if req.Reentry == "" {
 		req.Reentry = defaultReentry
@@ -265,10 +267,10 @@ func validate(req *llm.ResolveRequest, defaultReentry string) (llm.Protocol, err
 // path) and answers once it ends. ctx is the filter's callout: when it ends
 // the chain is cancelled, as by Cancel. The error wraps ErrBadRequest for
 // invalid input; a chain never fails, it ends with a Reason.
-func (r *Resolver) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.ResolveResponse, error) {
+func (r *Resolver) Resolve(ctx context.Context, req hostapi.ResolveRequest) (hostapi.ResolveResponse, error) {
 	p, err := validate(&req, r.cfg.DefaultReentry)
 	if err != nil {
-		return llm.ResolveResponse{}, err
+		return hostapi.ResolveResponse{}, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -279,7 +281,7 @@ func (r *Resolver) Resolve(ctx context.Context, req llm.ResolveRequest) (llm.Res
 	if !r.register(req.RequestID, h) {
 		r.cfg.Observer.Chain(ReasonCancelled)
 		r.log.Info("resolve after cancel: nothing done", "request", req.RequestID)
-		return llm.ResolveResponse{Reason: ReasonCancelled}, nil
+		return hostapi.ResolveResponse{Reason: ReasonCancelled}, nil
 	}
 	defer r.unregister(req.RequestID, h)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -65,7 +66,7 @@ func TestCancelMemoryExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := llm.ResolveRequest{
+	req := hostapi.ResolveRequest{
 		RequestID: "r1", Protocol: "chat", Path: "/v1/chat/completions", Reentry: srv.Listener.Addr().String(),
 		Request: json.RawMessage(`{"messages":[{"role":"user","content":"hi"}]}`),
 		Turn:    &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "c", Name: "clock", Arguments: "{}"}}}, ServerTools: []string{"clock"},
@@ -178,7 +179,7 @@ func TestRejectedFollowupLoggedAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := r.Resolve(context.Background(), llm.ResolveRequest{
+	resp, err := r.Resolve(context.Background(), hostapi.ResolveRequest{
 		RequestID: "r1", Protocol: "responses", Path: "/v1/responses", Reentry: srv.Listener.Addr().String(),
 		Headers: map[string]string{"authorization": "Bearer sk-secret-key"},
 		Request: json.RawMessage(`{"store":false,"input":[{"role":"user","content":"water the ficus at noon"}]}`),

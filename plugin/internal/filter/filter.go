@@ -19,6 +19,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -156,7 +157,7 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 	}
 	loc, err := llm.LoadTimezone(header)
 	if err != nil {
-		proxywasm.LogDebugf("chime: ignoring %s: %v", llm.HeaderTimezone, err)
+		proxywasm.LogDebugf("chime: ignoring %s: %v", hostapi.HeaderTimezone, err)
 		return p.defaultZone
 	}
 	if len(p.zones) >= maxCachedZones {
@@ -169,7 +170,7 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 // learnNTP takes the host's NTP view (SPEC §11): the host owns time, so
 // its offset is used as given. An answer without an NTP status carries
 // no view and keeps the last one.
-func (p *pluginContext) learnNTP(n llm.NTPInfo) {
+func (p *pluginContext) learnNTP(n hostapi.NTPInfo) {
 	if n.Status != "" {
 		p.ntpOffsetMs = n.OffsetMs
 	}

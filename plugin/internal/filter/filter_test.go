@@ -9,6 +9,7 @@ import (
 	"time"
 	_ "time/tzdata" // as plugin/main.go does for chime.wasm
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
@@ -80,14 +81,14 @@ func (e *env) calls(path string) []proxytest.HttpCall {
 }
 
 // lastPrepare returns the newest prepare call and its decoded body.
-func (e *env) lastPrepare() (proxytest.HttpCall, llm.PrepareRequest) {
+func (e *env) lastPrepare() (proxytest.HttpCall, hostapi.PrepareRequest) {
 	e.t.Helper()
-	cs := e.calls(llm.PathPrepare)
+	cs := e.calls(hostapi.PathPrepare)
 	if len(cs) == 0 {
 		e.t.Fatal("no prepare call")
 	}
 	c := cs[len(cs)-1]
-	var prep llm.PrepareRequest
+	var prep hostapi.PrepareRequest
 	if err := json.Unmarshal(c.Body, &prep); err != nil {
 		e.t.Fatalf("prepare body %s: %v", c.Body, err)
 	}
@@ -95,7 +96,7 @@ func (e *env) lastPrepare() (proxytest.HttpCall, llm.PrepareRequest) {
 }
 
 // answer answers the newest prepare call with 200 and ans.
-func (e *env) answer(ans llm.PrepareResponse) {
+func (e *env) answer(ans hostapi.PrepareResponse) {
 	e.t.Helper()
 	c, _ := e.lastPrepare()
 	b, _ := json.Marshal(ans)
@@ -135,7 +136,7 @@ func header(hs [][2]string, key string) (string, bool) {
 	return "", false
 }
 
-func ntp(offset int64) llm.NTPInfo { return llm.NTPInfo{Status: "ok", OffsetMs: offset} }
+func ntp(offset int64) hostapi.NTPInfo { return hostapi.NTPInfo{Status: "ok", OffsetMs: offset} }
 
 // userTexts returns every user text of a forwarded body, in order.
 func userTexts(t *testing.T, p llm.Protocol, body string) []string {
@@ -235,13 +236,13 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 					t.Errorf("prepare header %s = %q, want %q", key, got, want)
 				}
 			}
-			want := llm.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
-				Directives: []llm.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
+			want := hostapi.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
+				Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
 			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
 				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
 			}
 
-			e.answer(llm.PrepareResponse{NTP: ntp(-12), Tools: []string{"clock"}, Reminders: "[scheduled task:\"water\"]"})
+			e.answer(hostapi.PrepareResponse{NTP: ntp(-12), Tools: []string{"clock"}, Reminders: "[scheduled task:\"water\"]"})
 			body := e.forwarded(id)
 			if strings.Contains(body, "<**") || strings.Contains(body, "**>") {
 				t.Fatalf("tags left in %s", body)
@@ -270,7 +271,7 @@ func TestDirectivesOfNewUserInputOnly(t *testing.T) {
 		`{"role":"user","content":"<**stopMessage:\"new\",2**> <**clock:{\"dueAt\":\"2026-02-03T09:00:00Z\",\"task\":\"t\"}**> <**stopMessage:\"x\",0**> <**bogus:1**>"},`+
 		`{"role":"system","content":"a trailing system message"}]}`)
 	_, prep := e.lastPrepare()
-	want := []llm.HostDirective{
+	want := []hostapi.HostDirective{
 		{Kind: "stopMessage", Text: "new", MaxRepeats: 2, Position: 1},
 		{Kind: "clock", Clock: &llm.ClockItem{DueAt: "2026-02-03T09:00:00Z", Task: "t"}, Position: 1},
 	}
@@ -323,10 +324,10 @@ func TestTimeTagZoneFromHeaderConfigOrUTC(t *testing.T) {
 		e := newEnv(t, tc.config)
 		var extra [][2]string
 		if tc.header != "" {
-			extra = append(extra, [2]string{llm.HeaderTimezone, tc.header})
+			extra = append(extra, [2]string{hostapi.HeaderTimezone, tc.header})
 		}
 		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, extra...)
-		e.answer(llm.PrepareResponse{NTP: ntp(-12)})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(-12)})
 		got := e.forwarded(id)
 		want := `{"messages":[{"role":"user","content":"q"},{"role":"user","content":` + string(must(json.Marshal(tc.want))) + `}]}`
 		if got != want {
@@ -339,7 +340,7 @@ func TestTimeTagCanBeTurnedOff(t *testing.T) {
 	e := newEnv(t, `{"timeTag":false}`)
 	body := `{"messages":[{"role":"user","content":"q"}]}`
 	id := e.send(llm.Chat, body)
-	e.answer(llm.PrepareResponse{NTP: ntp(0)})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0)})
 	if got := e.forwarded(id); got != body {
 		t.Fatalf("forwarded %s", got)
 	}
@@ -356,7 +357,7 @@ func TestClockToolOnlyWhenHostSaysSo(t *testing.T) {
 	} {
 		e := newEnv(t, "")
 		id := e.send(llm.Messages, `{"messages":[{"role":"user","content":"q"}]}`)
-		e.answer(llm.PrepareResponse{NTP: ntp(0), Tools: tc.tools})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Tools: tc.tools})
 		body := e.forwarded(id)
 		if got := toolNames(llm.Messages, body); !slices.Equal(got, tc.want) {
 			t.Errorf("host tools %q: injected %q", tc.tools, got)
@@ -373,7 +374,7 @@ func TestClockToolOnlyWhenHostSaysSo(t *testing.T) {
 func TestFailOpenStripsAndTagsWithLastOffset(t *testing.T) {
 	e := newEnv(t, `{"defaultTimezone":"America/Los_Angeles"}`)
 	first := e.send(llm.Chat, `{"messages":[]}`)
-	e.answer(llm.PrepareResponse{NTP: ntp(-12)})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(-12)})
 	e.forwarded(first)
 
 	for i, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
@@ -503,12 +504,12 @@ func TestFollowupMarker(t *testing.T) {
 	e := newEnv(t, `{"token":"s3cret"}`)
 	body := `{"messages":[{"role":"user","content":"<**stopMessage:\"x\"**> keep"}]}`
 
-	valid := reqHeaders(llm.Chat, [2]string{llm.HeaderFollowup, llm.FollowupMarker("s3cret", "req-0:stop")})
+	valid := reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-0:stop")})
 	id := e.h.InitializeHttpContext()
 	if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionContinue {
 		t.Fatalf("headers action %v", got)
 	}
-	wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == llm.HeaderFollowup })
+	wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == hostapi.HeaderFollowup })
 	if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
 		t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
 	}
@@ -524,12 +525,12 @@ func TestFollowupMarker(t *testing.T) {
 		t.Fatalf("followup made %d host calls", n)
 	}
 
-	for _, forged := range []string{llm.FollowupMarker("guess", "req-0"), "req-0.abc", "x"} {
-		id := e.send(llm.Chat, body, [2]string{llm.HeaderFollowup, forged})
-		if _, ok := header(e.h.GetRequestHeaders(id), llm.HeaderFollowup); ok {
+	for _, forged := range []string{hostapi.FollowupMarker("guess", "req-0"), "req-0.abc", "x"} {
+		id := e.send(llm.Chat, body, [2]string{hostapi.HeaderFollowup, forged})
+		if _, ok := header(e.h.GetRequestHeaders(id), hostapi.HeaderFollowup); ok {
 			t.Fatalf("forged marker %q forwarded", forged)
 		}
-		e.answer(llm.PrepareResponse{NTP: ntp(0)})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0)})
 		got := e.forwarded(id)
 		if strings.Contains(got, "<**") || !strings.Contains(got, "[Time/Date]") {
 			t.Fatalf("forged marker %q: request not treated as normal: %s", forged, got)
@@ -539,11 +540,11 @@ func TestFollowupMarker(t *testing.T) {
 
 func TestNoTokenNeverTrustsAMarker(t *testing.T) {
 	e := newEnv(t, "")
-	e.send(llm.Chat, `{"messages":[]}`, [2]string{llm.HeaderFollowup, llm.FollowupMarker("", "r")})
-	if len(e.calls(llm.PathPrepare)) != 1 {
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("", "r")})
+	if len(e.calls(hostapi.PathPrepare)) != 1 {
 		t.Fatal("a marker was trusted without a token")
 	}
-	if _, ok := header(e.calls(llm.PathPrepare)[0].Headers, "authorization"); ok {
+	if _, ok := header(e.calls(hostapi.PathPrepare)[0].Headers, "authorization"); ok {
 		t.Fatal("authorization sent without a token")
 	}
 }
@@ -552,8 +553,8 @@ func outcomes(e *env) []string {
 	var out []string
 	for _, c := range e.h.GetHttpCalls() {
 		p, _ := header(c.Headers, ":path")
-		if p == llm.PathCommit || p == llm.PathRollback {
-			var o llm.OutcomeRequest
+		if p == hostapi.PathCommit || p == hostapi.PathRollback {
+			var o hostapi.OutcomeRequest
 			if err := json.Unmarshal(c.Body, &o); err != nil {
 				e.t.Fatal(err)
 			}
@@ -572,11 +573,11 @@ func TestReservationOutcome(t *testing.T) {
 	}{
 		{"2xx commits", true, func(e *env, id uint32) {
 			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
-		}, []string{llm.PathCommit + " req-1"}},
+		}, []string{hostapi.PathCommit + " req-1"}},
 		{"500 rolls back", true, func(e *env, id uint32) {
 			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "500"}}, false)
-		}, []string{llm.PathRollback + " req-1"}},
-		{"reset before headers rolls back", true, func(e *env, id uint32) {}, []string{llm.PathRollback + " req-1"}},
+		}, []string{hostapi.PathRollback + " req-1"}},
+		{"reset before headers rolls back", true, func(e *env, id uint32) {}, []string{hostapi.PathRollback + " req-1"}},
 		{"nothing reserved: no outcome", false, func(e *env, id uint32) {
 			e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 		}, nil},
@@ -585,7 +586,7 @@ func TestReservationOutcome(t *testing.T) {
 	for _, tc := range cases {
 		e := newEnv(t, `{"token":"tok"}`)
 		id := e.send(llm.Messages, `{"messages":[{"role":"user","content":"q"}]}`)
-		e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: tc.reserved})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: tc.reserved})
 		e.forwarded(id)
 		tc.finish(e, id)
 		e.h.CallOnResponseBody(id, []byte("{}"), true)
@@ -611,8 +612,8 @@ func TestReservedAnswerAfterStreamEndedRollsBack(t *testing.T) {
 	e := newEnv(t, "")
 	id := e.send(llm.Chat, `{"messages":[]}`)
 	e.h.CompleteHttpContext(id)
-	e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
-	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
+	if got := outcomes(e); !slices.Equal(got, []string{hostapi.PathRollback + " req-1"}) {
 		t.Fatalf("outcomes = %q", got)
 	}
 	for _, l := range e.h.GetLogs(proxywasm.LogLevelTrace) {
@@ -628,13 +629,13 @@ func TestReservedButUndeliverableRollsBackAtOnce(t *testing.T) {
 	// be appended, so the reserved reminders never reach the model.
 	body := `{"messages":[{"role":"user","content":5}]}`
 	id := e.send(llm.Messages, body)
-	e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "r", Reserved: true})
 	if got := e.forwarded(id); got != body {
 		t.Fatalf("forwarded %s", got)
 	}
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 	e.h.CompleteHttpContext(id)
-	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+	if got := outcomes(e); !slices.Equal(got, []string{hostapi.PathRollback + " req-1"}) {
 		t.Fatalf("outcomes = %q", got)
 	}
 }
@@ -645,7 +646,7 @@ func TestTimedOutPrepareIsRolledBack(t *testing.T) {
 	e.fail(nil, "")
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 	e.h.CompleteHttpContext(id)
-	if got := outcomes(e); !slices.Equal(got, []string{llm.PathRollback + " req-1"}) {
+	if got := outcomes(e); !slices.Equal(got, []string{hostapi.PathRollback + " req-1"}) {
 		t.Fatalf("outcomes = %q", got)
 	}
 	// A host that answered (even with 5xx) reserved nothing: no rollback.
@@ -663,7 +664,7 @@ func TestTickRefreshesOffset(t *testing.T) {
 	}
 	e.h.Tick()
 	e.h.Tick() // one refresh at a time
-	state := e.calls(llm.PathState)
+	state := e.calls(hostapi.PathState)
 	if len(state) != 1 {
 		t.Fatalf("state calls = %d", len(state))
 	}
@@ -675,11 +676,11 @@ func TestTickRefreshesOffset(t *testing.T) {
 		t.Fatalf("state call lacks the token: %+v", c)
 	}
 	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}},
-		must(json.Marshal(llm.StateResponse{NowMs: 1, NTP: llm.NTPInfo{Status: "ok", OffsetMs: 250}})), nil)
+		must(json.Marshal(hostapi.StateResponse{NowMs: 1, NTP: hostapi.NTPInfo{Status: "ok", OffsetMs: 250}})), nil)
 
 	// The host then goes down: the tick fails silently and the offset stays.
 	e.h.Tick()
-	state = e.calls(llm.PathState)
+	state = e.calls(hostapi.PathState)
 	e.h.CallOnHttpCallResponse(state[len(state)-1].ID, nil, nil, nil)
 	for _, l := range e.h.GetLogs(proxywasm.LogLevelWarn) {
 		t.Errorf("tick failure logged loudly: %s", l)
@@ -751,7 +752,7 @@ func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
 	for _, reserved := range []bool{true, false} {
 		e := newEnv(t, `{"token":"tok"}`)
 		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`)
-		e.answer(llm.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: reserved})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"t\"]", Reserved: reserved})
 		e.forwarded(id)
 		act := e.h.CallOnResponseHeaders(id, [][2]string{{":status", "500"}}, false)
 		if !reserved {

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
@@ -62,7 +62,7 @@ func readAnswer(numHeaders, bodySize int, v any) (failure string) {
 		return ""
 	}
 	var err error
-	if ans, ok := v.(*llm.PrepareResponse); ok {
+	if ans, ok := v.(*hostapi.PrepareResponse); ok {
 		err = decodePrepareAnswer(body, ans) // once per request: the fast path
 	} else {
 		err = json.Unmarshal(body, v)

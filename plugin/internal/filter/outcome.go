@@ -3,7 +3,7 @@ package filter
 import (
 	"strconv"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
@@ -23,9 +23,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 	n, err := strconv.Atoi(status)
 	ok := err == nil && n >= 200 && n <= 299
 	if h.reserved && !h.outcomeSent {
-		path := llm.PathRollback
+		path := hostapi.PathRollback
 		if ok {
-			path = llm.PathCommit
+			path = hostapi.PathCommit
 		}
 		h.outcomeSent = true
 		h.startResponse(ok, endOfStream)
@@ -49,13 +49,13 @@ func (h *httpContext) OnHttpStreamDone() {
 	h.streamDone = true
 	if h.reserved && !h.outcomeSent {
 		h.outcomeSent = true
-		h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
 	}
 	h.cancelPendingResolve()
 }
 
-// sendOutcome reports a reservation's outcome (llm.PathCommit,
-// llm.PathRollback) or a cancel, fire and forget.
+// sendOutcome reports a reservation's outcome (hostapi.PathCommit,
+// hostapi.PathRollback) or a cancel, fire and forget.
 func (p *pluginContext) sendOutcome(path, requestID string) {
 	p.reportOutcome(path, requestID, backgroundTimeoutMs, nil)
 }

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -10,15 +11,15 @@ import (
 // once: a spec carries its schema as a few KB of bytes, which InjectTools
 // only reads.
 var serverTools = map[string]llm.ToolSpec{
-	llm.ClockToolName: llm.ClockToolSpec(),
+	hostapi.ClockToolName: hostapi.ClockToolSpec(),
 }
 
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
-func (h *httpContext) prepare(prep llm.PrepareRequest) proxywasm.Action {
+func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 	body, err := encodePrepare(prep)
 	if err == nil {
-		err = h.plugin.callHost(llm.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
+		err = h.plugin.callHost(hostapi.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
 	}
 	if err != nil {
 		return h.prepareFailed("dispatch prepare: " + err.Error())
@@ -29,7 +30,7 @@ func (h *httpContext) prepare(prep llm.PrepareRequest) proxywasm.Action {
 // onPrepareAnswer runs when the host answers, fails or times out. The
 // call belongs to the plugin context, so the stream may be gone by now.
 func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
-	var ans llm.PrepareResponse
+	var ans hostapi.PrepareResponse
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
 		h.plugin.learnNTP(ans.NTP)
@@ -37,11 +38,11 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
 	switch {
 	case failure == "" && ans.Reserved && gone:
-		h.plugin.sendOutcome(llm.PathRollback, h.requestID) // a reservation must not linger
+		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID) // a reservation must not linger
 	case numHeaders == 0:
 		// A prepare that timed out may still have reserved reminders this
 		// request never carried; undo that (the host ignores unknown ids).
-		h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
 	}
 	if gone {
 		return
@@ -58,7 +59,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		if delivered {
 			h.reserved = true
 		} else {
-			h.plugin.sendOutcome(llm.PathRollback, h.requestID)
+			h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
 		}
 	}
 	h.resume()
@@ -90,7 +91,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 // replaces the buffered body: the server tools the host named, then the
 // time tag, then the reminders. ans is nil when failing open. It reports
 // whether the host's reminders (if any) reached the body.
-func (h *httpContext) rewrite(ans *llm.PrepareResponse) (remindersDelivered bool) {
+func (h *httpContext) rewrite(ans *hostapi.PrepareResponse) (remindersDelivered bool) {
 	req, p := h.req, h.plugin
 	h.req = nil
 	if req == nil {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -22,7 +23,7 @@ type httpContext struct {
 	protocol       llm.Protocol
 	requestID      string
 	timezone       string            // the x-chime-timezone header, raw
-	sessionHeaders map[string]string // the llm.SessionHeaders present
+	sessionHeaders map[string]string // the llm.SessionHeaders() present
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
@@ -80,16 +81,16 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	p := h.plugin
 	p.requests.inc()
 
-	if marker, ok := get(llm.HeaderFollowup); ok {
+	if marker, ok := get(hostapi.HeaderFollowup); ok {
 		// The marker is ours alone: it never reaches the provider.
-		if err := proxywasm.RemoveHttpRequestHeader(llm.HeaderFollowup); err != nil {
-			proxywasm.LogWarnf("chime: remove %s: %v", llm.HeaderFollowup, err)
+		if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
+			proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
 		}
-		if id, ok := llm.VerifyFollowupMarker(p.cfg.Token, marker); ok {
+		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker); ok {
 			proxywasm.LogDebugf("chime: followup of %s passes untouched", id)
 			return proxywasm.ActionContinue
 		}
-		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", llm.HeaderFollowup)
+		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", hostapi.HeaderFollowup)
 	}
 
 	h.handled, h.protocol, h.path = true, proto, path
@@ -112,9 +113,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	} else {
 		h.requestID = newRequestID()
 	}
-	h.timezone, _ = get(llm.HeaderTimezone)
+	h.timezone, _ = get(hostapi.HeaderTimezone)
 	h.timezone = strings.TrimSpace(h.timezone)
-	for _, name := range llm.SessionHeaders {
+	for _, name := range sessionHeaderNames {
 		if v, ok := get(name); ok && strings.TrimSpace(v) != "" {
 			if h.sessionHeaders == nil {
 				h.sessionHeaders = map[string]string{}
@@ -154,7 +155,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))
-	prep := llm.PrepareRequest{
+	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
 		SessionID:  h.sessionID,
@@ -177,14 +178,15 @@ func (h *httpContext) forwardMalformed(reason string) {
 // hostDirectives converts the parsed directives of the new user input for
 // the host (SPEC §4), positions included: malformed ones (Err set) and
 // unknown ones are stripped but not sent.
-func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
-	var out []llm.HostDirective
+func hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
+	var out []hostapi.HostDirective
 	for _, d := range dirs {
-		if d.Err != nil || d.Kind == llm.DirectiveUnknown {
+		kind := hostapi.DirectiveKind(d.Kind)
+		if d.Err != nil || kind == "" {
 			continue
 		}
-		out = append(out, llm.HostDirective{
-			Kind: d.Kind.String(), Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
+		out = append(out, hostapi.HostDirective{
+			Kind: kind, Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
 			Position: d.Position,
 		})
 	}
@@ -192,7 +194,7 @@ func hostDirectives(dirs []llm.Directive) []llm.HostDirective {
 }
 
 // followupHeaders picks the client's request headers the host repeats on
-// followups (llm.ResolveRequest.Headers): provider credentials and API
+// followups (hostapi.ResolveRequest.Headers): provider credentials and API
 // versions, session and zone headers. Left out: pseudo-headers (the
 // authority travels as "host"), framing and hop-by-hop headers,
 // accept-encoding (the host reads the followup's answer), the proxy's own
@@ -209,7 +211,7 @@ func followupHeaders(headers [][2]string) map[string]string {
 		}
 		switch name {
 		case "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
-			"proxy-connection", "expect", "accept-encoding", "x-request-id", llm.HeaderFollowup:
+			"proxy-connection", "expect", "accept-encoding", "x-request-id", hostapi.HeaderFollowup:
 			continue
 		}
 		if prev, ok := out[name]; ok {
@@ -220,3 +222,6 @@ func followupHeaders(headers [][2]string) map[string]string {
 	}
 	return out
 }
+
+// sessionHeaderNames is llm.SessionHeaders(), read once per VM.
+var sessionHeaderNames = llm.SessionHeaders()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -279,7 +280,7 @@ func (h *httpContext) needsResolve(complete bool) bool {
 // be sent; the caller then fails open at once.
 func (h *httpContext) resolve(streaming bool) bool {
 	p, r := h.plugin, &h.resp
-	req := llm.ResolveRequest{
+	req := hostapi.ResolveRequest{
 		RequestID:   h.requestID,
 		SessionID:   h.sessionID,
 		Protocol:    h.protocol.String(),
@@ -298,7 +299,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 		// (compact and escape) a body of megabytes. The first
 		// `"request":null` is the field: the ones before it hold only strings.
 		body = bytes.Replace(body, []byte(`"request":null`), append([]byte(`"request":`), h.sentBody...), 1)
-		err = p.callHost(llm.PathResolve, body, p.cfg.ResolveTimeoutMs, h.onResolveAnswer)
+		err = p.callHost(hostapi.PathResolve, body, p.cfg.ResolveTimeoutMs, h.onResolveAnswer)
 	}
 	h.sentBody = nil
 	if err != nil {
@@ -320,12 +321,12 @@ func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
 	if h.streamDone {
 		return // the client went away; the host was told to cancel
 	}
-	var ans llm.ResolveResponse
+	var ans hostapi.ResolveResponse
 	if failure := readAnswer(numHeaders, bodySize, &ans); failure != "" {
 		p.resolveFailures.inc()
 		p.hostFailures.inc()
 		proxywasm.LogWarnf("chime: request %s: resolve failed, showing the original turn: %s", h.requestID, failure)
-		ans = llm.ResolveResponse{}
+		ans = hostapi.ResolveResponse{}
 	}
 	proxywasm.LogDebugf("chime: request %s: resolved: continued %v, reason %q, %d hops", h.requestID, ans.Continued, ans.Reason, ans.Hops)
 	if r.reader != nil {
@@ -348,11 +349,11 @@ func (h *httpContext) cancelPendingResolve() {
 	}
 	r.cancelled = true
 	proxywasm.LogDebugf("chime: request %s: client gone while resolving; cancelling", h.requestID)
-	h.plugin.sendOutcome(llm.PathCancel, h.requestID)
+	h.plugin.sendOutcome(hostapi.PathCancel, h.requestID)
 }
 
 // continuation is the answer's continuation, or nil when there is none.
-func continuation(ans *llm.ResolveResponse) *llm.Turn {
+func continuation(ans *hostapi.ResolveResponse) *llm.Turn {
 	if ans == nil || !ans.Continued {
 		return nil
 	}
@@ -362,7 +363,7 @@ func continuation(ans *llm.ResolveResponse) *llm.Turn {
 // jsonEnding renders the client's JSON body: the merged turn when the host
 // continued, else the original turn minus server-tool calls. It reports
 // false when the original bytes can stay.
-func (h *httpContext) jsonEnding(ans *llm.ResolveResponse) ([]byte, bool) {
+func (h *httpContext) jsonEnding(ans *hostapi.ResolveResponse) ([]byte, bool) {
 	orig := h.resp.orig
 	clientCalls := orig.ClientCalls(serverToolNames)
 	if cont := continuation(ans); cont != nil {
@@ -381,7 +382,7 @@ func (h *httpContext) jsonEnding(ans *llm.ResolveResponse) ([]byte, bool) {
 // continuation, or the withheld part of the original minus server-tool
 // calls, or, when nothing was withheld but the held finish and terminal,
 // those events byte for byte.
-func (h *httpContext) sseEnding(ans *llm.ResolveResponse) []byte {
+func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 	r := &h.resp
 	seen := r.orig.ToolCalls[:min(r.forwardedCalls, len(r.orig.ToolCalls))]
 	withheld := llm.Turn{ToolCalls: r.orig.ToolCalls[len(seen):]}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/ssecheck"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
@@ -70,7 +71,7 @@ func requestBody(p llm.Protocol, stream bool) string {
 
 // exchange sends a request, answers prepare with prep and starts a 200
 // response of the right content type.
-func (e *env) exchange(p llm.Protocol, sse bool, prep llm.PrepareResponse) *rig {
+func (e *env) exchange(p llm.Protocol, sse bool, prep hostapi.PrepareResponse) *rig {
 	e.t.Helper()
 	id := e.send(p, requestBody(p, sse), [2]string{"authorization", "Bearer sk-client"},
 		[2]string{"x-session-id", "s-1"}, [2]string{"accept-encoding", "gzip, br"}, [2]string{"x-envoy-internal", "true"})
@@ -123,16 +124,16 @@ func (r *rig) feed(body []byte, next func() int) proxywasm.Action {
 	}
 }
 
-func (r *rig) resolveCalls() []proxytest.HttpCall { return r.calls(llm.PathResolve) }
+func (r *rig) resolveCalls() []proxytest.HttpCall { return r.calls(hostapi.PathResolve) }
 
 // resolveCall returns the one resolve call and its body.
-func (r *rig) resolveCall() (proxytest.HttpCall, llm.ResolveRequest) {
+func (r *rig) resolveCall() (proxytest.HttpCall, hostapi.ResolveRequest) {
 	r.t.Helper()
 	cs := r.resolveCalls()
 	if len(cs) != 1 {
 		r.t.Fatalf("%d resolve calls, want 1", len(cs))
 	}
-	var req llm.ResolveRequest
+	var req hostapi.ResolveRequest
 	if err := json.Unmarshal(cs[0].Body, &req); err != nil {
 		r.t.Fatalf("resolve body %s: %v", cs[0].Body, err)
 	}
@@ -149,7 +150,7 @@ func (r *rig) lastResolve() proxytest.HttpCall {
 	return cs[len(cs)-1]
 }
 
-func (r *rig) answerResolve(ans llm.ResolveResponse) {
+func (r *rig) answerResolve(ans hostapi.ResolveResponse) {
 	r.t.Helper()
 	r.h.CallOnHttpCallResponse(r.lastResolve().ID, [][2]string{{":status", "200"}}, must(json.Marshal(ans)), nil)
 }
@@ -291,7 +292,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 		for _, sse := range modes() {
 			t.Run(modeName(p, sse), func(t *testing.T) {
 				e := newRespEnv(t, `{"token":"tok","resolveTimeoutMs":1800000}`)
-				r := e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
+				r := e.exchange(p, sse, hostapi.PrepareResponse{Tools: []string{"clock"}})
 				body := r.upstream(serverTurn)
 				orig := r.upstreamTurn(body)
 				if got := r.feed(body, nil); got != proxywasm.ActionPause {
@@ -326,7 +327,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 				}
 				sameTurn(t, "resolve turn", req.Turn, orig)
 
-				r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+				r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
 				if e.h.ResumedResponse(r.id) != 1 {
 					t.Fatalf("response resumed %d times", e.h.ResumedResponse(r.id))
 				}
@@ -343,7 +344,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 					}
 				}
 				e.h.CompleteHttpContext(r.id)
-				if n := len(e.calls(llm.PathCancel)); n != 0 {
+				if n := len(e.calls(hostapi.PathCancel)); n != 0 {
 					t.Fatalf("%d cancels after a finished resolve", n)
 				}
 			})
@@ -361,7 +362,7 @@ func TestStopFinish(t *testing.T) {
 				e := newRespEnv(t, "")
 
 				// No MayContinue: no resolve, and nothing waits.
-				r := e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
+				r := e.exchange(p, sse, hostapi.PrepareResponse{Tools: []string{"clock"}})
 				body := r.upstream(stopTurn)
 				if got := r.feed(body, nil); got != proxywasm.ActionContinue {
 					t.Fatalf("action %v", got)
@@ -374,7 +375,7 @@ func TestStopFinish(t *testing.T) {
 				}
 
 				// MayContinue: resolved and merged.
-				r = e.exchange(p, sse, llm.PrepareResponse{MayContinue: true})
+				r = e.exchange(p, sse, hostapi.PrepareResponse{MayContinue: true})
 				body = r.upstream(stopTurn)
 				orig := r.upstreamTurn(body)
 				if got := r.feed(body, nil); got != proxywasm.ActionPause {
@@ -382,15 +383,15 @@ func TestStopFinish(t *testing.T) {
 				}
 				_, req := r.resolveCall()
 				sameTurn(t, "resolve turn", req.Turn, orig)
-				r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+				r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
 				sameTurn(t, "client turn", readTurn(t, p, sse, r.out()), llm.Merge(orig, contTurn))
 
 				// MayContinue, but the host adds nothing: untouched.
-				r = e.exchange(p, sse, llm.PrepareResponse{MayContinue: true})
+				r = e.exchange(p, sse, hostapi.PrepareResponse{MayContinue: true})
 				if got := r.feed(body, nil); got != proxywasm.ActionPause {
 					t.Fatalf("action %v, want Pause", got)
 				}
-				r.answerResolve(llm.ResolveResponse{Continued: false, Reason: "done"})
+				r.answerResolve(hostapi.ResolveResponse{Continued: false, Reason: "done"})
 				if !bytes.Equal(r.out(), body) {
 					t.Fatalf("not continued, bytes changed:\n%s\nwant\n%s", r.out(), body)
 				}
@@ -414,11 +415,11 @@ func TestJSONAndSSEGiveOneAnswer(t *testing.T) {
 	cases := []struct {
 		name       string
 		orig, cont *llm.Turn
-		prep       llm.PrepareResponse
+		prep       hostapi.PrepareResponse
 	}{
-		{"stopMessage", stopTurn, contTurn, llm.PrepareResponse{MayContinue: true}},
-		{"clock", serverTurn, contTurn, llm.PrepareResponse{Tools: []string{"clock"}}},
-		{"clock then client call", serverTurn, &withCall, llm.PrepareResponse{Tools: []string{"clock"}}},
+		{"stopMessage", stopTurn, contTurn, hostapi.PrepareResponse{MayContinue: true}},
+		{"clock", serverTurn, contTurn, hostapi.PrepareResponse{Tools: []string{"clock"}}},
+		{"clock then client call", serverTurn, &withCall, hostapi.PrepareResponse{Tools: []string{"clock"}}},
 	}
 	for _, p := range protocols {
 		for _, c := range cases {
@@ -428,7 +429,7 @@ func TestJSONAndSSEGiveOneAnswer(t *testing.T) {
 				for _, sse := range modes() {
 					r := e.exchange(p, sse, c.prep)
 					r.feed(r.upstream(c.orig), nil)
-					r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: c.cont, Reason: "done", Hops: 1})
+					r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: c.cont, Reason: "done", Hops: 1})
 					noServerCall(t, r.out())
 					turns = append(turns, readTurn(t, p, sse, r.out()))
 				}
@@ -452,7 +453,7 @@ func TestHeldCloseReplayedUntouched(t *testing.T) {
 	turn.Finish = llm.Finish{Reason: llm.FinishToolCalls}
 	for _, p := range protocols {
 		e := newRespEnv(t, "")
-		r := e.exchange(p, true, llm.PrepareResponse{Tools: []string{"clock"}, MayContinue: true})
+		r := e.exchange(p, true, hostapi.PrepareResponse{Tools: []string{"clock"}, MayContinue: true})
 		body := r.upstream(&turn)
 		if got := r.feed(body, func() int { return 7 }); got != proxywasm.ActionContinue {
 			t.Fatalf("%s: action %v", p, got)
@@ -473,7 +474,7 @@ func TestEarlyTextStreamsThrough(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
 			e := newRespEnv(t, "")
-			r := e.exchange(p, true, llm.PrepareResponse{Tools: []string{"clock"}})
+			r := e.exchange(p, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
 			body := r.upstream(serverTurn)
 			rd := llm.NewStreamReader(p)
 			evs, err := rd.Feed(body)
@@ -504,7 +505,7 @@ func TestEarlyTextStreamsThrough(t *testing.T) {
 			if text.String() != serverTurn.Text || !seenCall {
 				t.Fatalf("early text %q", text.String())
 			}
-			r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: contTurn})
+			r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn})
 			if out := r.out(); !bytes.HasPrefix(out, wantEarly) {
 				t.Fatal("the continuation does not extend what was forwarded")
 			}
@@ -529,7 +530,7 @@ func TestResolveFailureFailsOpen(t *testing.T) {
 			t.Run(modeName(p, sse), func(t *testing.T) {
 				e := newRespEnv(t, "")
 				for i, f := range failures {
-					r := e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
+					r := e.exchange(p, sse, hostapi.PrepareResponse{Tools: []string{"clock"}})
 					body := r.upstream(serverTurn)
 					orig := r.upstreamTurn(body)
 					r.feed(body, nil)
@@ -590,11 +591,11 @@ func TestResolveDispatchFailure(t *testing.T) {
 func TestDisconnectWhileResolvingCancelsOnce(t *testing.T) {
 	for _, sse := range modes() {
 		e := newRespEnv(t, `{"token":"tok"}`)
-		r := e.exchange(llm.Chat, sse, llm.PrepareResponse{MayContinue: true})
+		r := e.exchange(llm.Chat, sse, hostapi.PrepareResponse{MayContinue: true})
 		r.feed(r.upstream(stopTurn), nil)
 		c, _ := r.resolveCall()
 		e.h.CompleteHttpContext(r.id)
-		cancels := e.calls(llm.PathCancel)
+		cancels := e.calls(hostapi.PathCancel)
 		if len(cancels) != 1 {
 			t.Fatalf("sse %v: %d cancels, want 1", sse, len(cancels))
 		}
@@ -605,9 +606,9 @@ func TestDisconnectWhileResolvingCancelsOnce(t *testing.T) {
 			t.Fatal("cancel without the token")
 		}
 		e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}},
-			must(json.Marshal(llm.ResolveResponse{Continued: true, Continuation: contTurn})), nil)
+			must(json.Marshal(hostapi.ResolveResponse{Continued: true, Continuation: contTurn})), nil)
 		e.h.CallOnHttpCallResponse(cancels[0].ID, [][2]string{{":status", "204"}}, nil, nil)
-		if n := len(e.calls(llm.PathCancel)); n != 1 {
+		if n := len(e.calls(hostapi.PathCancel)); n != 1 {
 			t.Fatalf("%d cancels after the late answer", n)
 		}
 		for _, l := range e.h.GetLogs(proxywasm.LogLevelWarn) {
@@ -635,19 +636,19 @@ func TestMixedCallsKeepClientCalls(t *testing.T) {
 					e := newRespEnv(t, "")
 
 					// Continued: the host ran the clock and hands back the client call.
-					r := e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
+					r := e.exchange(p, sse, hostapi.PrepareResponse{Tools: []string{"clock"}})
 					body := r.upstream(&mixed)
 					orig := r.upstreamTurn(body)
 					r.feed(body, nil)
 					cont := &llm.Turn{Text: "Reading the file now.", ToolCalls: []llm.ToolCall{orig.ClientCalls([]string{"clock"})[0]},
 						Finish: llm.Finish{Reason: llm.FinishToolCalls}, Usage: llm.Usage{InputTokens: 3, OutputTokens: 4}}
-					r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: cont, Reason: "client_tools"})
+					r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: cont, Reason: "client_tools"})
 					noServerCall(t, r.out())
 					got := readTurn(t, p, sse, r.out())
 					sameTurn(t, "continued", got, llm.Merge(minusServer(orig), cont))
 
 					// Not continued: the withheld client call is re-emitted.
-					r = e.exchange(p, sse, llm.PrepareResponse{Tools: []string{"clock"}})
+					r = e.exchange(p, sse, hostapi.PrepareResponse{Tools: []string{"clock"}})
 					r.feed(body, nil)
 					e.h.CallOnHttpCallResponse(r.lastResolve().ID, [][2]string{{":status", "200"}}, []byte(`{"continued":false}`), nil)
 					noServerCall(t, r.out())
@@ -677,9 +678,9 @@ func TestChunkBoundariesAnywhere(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(i), 7))
 					next = func() int { return 1 + rng.IntN(1+rng.IntN(300)) }
 				}
-				r := e.exchange(p, true, llm.PrepareResponse{Tools: []string{"clock"}})
+				r := e.exchange(p, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
 				r.feed(r.upstream(serverTurn), next)
-				r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: contTurn})
+				r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn})
 				out := r.out()
 				noServerCall(t, out)
 				readTurn(t, p, true, out)
@@ -690,7 +691,7 @@ func TestChunkBoundariesAnywhere(t *testing.T) {
 				}
 
 				// A plain stop passes byte for byte, however it is cut.
-				r = e.exchange(p, true, llm.PrepareResponse{})
+				r = e.exchange(p, true, hostapi.PrepareResponse{})
 				body := r.upstream(stopTurn)
 				r.feed(body, next)
 				if !bytes.Equal(r.out(), body) {
@@ -716,12 +717,12 @@ func TestChatSplitToolName(t *testing.T) {
 	}
 	e := newRespEnv(t, "")
 
-	r := e.exchange(llm.Chat, true, llm.PrepareResponse{Tools: []string{"clock"}})
+	r := e.exchange(llm.Chat, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
 	r.feed([]byte(stream("clo", "ck")), func() int { return 40 })
 	if len(r.resolveCalls()) != 1 {
 		t.Fatal("split server-tool name not resolved")
 	}
-	r.answerResolve(llm.ResolveResponse{Continued: true, Continuation: contTurn})
+	r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn})
 	noServerCall(t, r.out())
 	if got := readTurn(t, llm.Chat, true, r.out()); got.Text != "Hi.\n\n"+contTurn.Text || len(got.ToolCalls) != 0 {
 		t.Fatalf("client turn %+v", got)
@@ -729,9 +730,9 @@ func TestChatSplitToolName(t *testing.T) {
 
 	// "c"+"at" looked like it might become "clock": withheld, then given
 	// back whole as the client call it is.
-	r = e.exchange(llm.Chat, true, llm.PrepareResponse{Tools: []string{"clock"}})
+	r = e.exchange(llm.Chat, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
 	r.feed([]byte(stream("c", "at")), nil)
-	if len(e.calls(llm.PathResolve)) != 1 {
+	if len(e.calls(hostapi.PathResolve)) != 1 {
 		t.Fatal("a client call was resolved")
 	}
 	got := readTurn(t, llm.Chat, true, r.out())
@@ -758,7 +759,7 @@ func TestResponsesNotOursPassUntouched(t *testing.T) {
 	e := newRespEnv(t, `{"token":"s3cret"}`)
 	for _, tc := range cases {
 		id := e.send(llm.Chat, requestBody(llm.Chat, false))
-		e.answer(llm.PrepareResponse{NTP: ntp(0), Tools: []string{"clock"}, MayContinue: true})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Tools: []string{"clock"}, MayContinue: true})
 		e.h.CallOnResponseHeaders(id, append(tc.headers, [2]string{"content-length", "9"}), false)
 		if got := e.h.CallOnResponseBody(id, tc.body, true); got != proxywasm.ActionContinue {
 			t.Fatalf("%s: action %v", tc.name, got)
@@ -770,7 +771,7 @@ func TestResponsesNotOursPassUntouched(t *testing.T) {
 
 	// A followup's answer is the host's to read: untouched even with a clock call.
 	id := e.h.InitializeHttpContext()
-	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{llm.HeaderFollowup, llm.FollowupMarker("s3cret", "req-1")}), false)
+	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-1")}), false)
 	e.h.CallOnRequestBody(id, []byte(requestBody(llm.Chat, true)), true)
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
 	stream := llm.RenderSSE(llm.Chat, serverTurn, llm.RenderOptions{})
@@ -778,7 +779,7 @@ func TestResponsesNotOursPassUntouched(t *testing.T) {
 	if !bytes.Equal(e.h.GetSentResponseBody(id), stream) {
 		t.Fatal("followup response changed")
 	}
-	if n := len(e.calls(llm.PathResolve)); n != 0 {
+	if n := len(e.calls(hostapi.PathResolve)); n != 0 {
 		t.Fatalf("%d resolve calls for responses that are not ours", n)
 	}
 }
@@ -788,7 +789,7 @@ func TestFollowupHeaders(t *testing.T) {
 		{":method", "POST"}, {":authority", "api.example"}, {":path", "/v1/messages"}, {"X-Api-Key", "k"},
 		{"anthropic-version", "2023-06-01"}, {"anthropic-beta", "a"}, {"anthropic-beta", "b"}, {"content-length", "9"},
 		{"accept-encoding", "gzip"}, {"x-request-id", "r"}, {"x-forwarded-for", "1.2.3.4"}, {"connection", "close"},
-		{llm.HeaderFollowup, "forged"}, {"x-chime-timezone", "Asia/Tokyo"},
+		{hostapi.HeaderFollowup, "forged"}, {"x-chime-timezone", "Asia/Tokyo"},
 	})
 	want := map[string]string{"host": "api.example", "x-api-key": "k", "anthropic-version": "2023-06-01",
 		"anthropic-beta": "a, b", "x-chime-timezone": "Asia/Tokyo"}
@@ -820,7 +821,7 @@ func checkSSEResponse(t *testing.T, upstream []byte, proto, chunk uint8) {
 	p := protocols[int(proto)%len(protocols)]
 	size := int(chunk) + 1
 	e := newRespEnv(t, "")
-	r := e.exchange(p, true, llm.PrepareResponse{Tools: []string{"clock"}})
+	r := e.exchange(p, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
 	if len(upstream) == 0 {
 		upstream = []byte("\n")
 	}

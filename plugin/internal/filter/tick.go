@@ -3,7 +3,7 @@ package filter
 import (
 	"time"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
@@ -17,9 +17,9 @@ func (p *pluginContext) OnTick() {
 	if !p.stateCallAt.IsZero() && now.Sub(p.stateCallAt) < 2*tickPeriodMs*time.Millisecond {
 		return
 	}
-	err := p.callHost(llm.PathState, nil, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
+	err := p.callHost(hostapi.PathState, nil, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
 		p.stateCallAt = time.Time{}
-		var st llm.StateResponse
+		var st hostapi.StateResponse
 		if failure := readAnswer(numHeaders, bodySize, &st); failure != "" {
 			p.hostFailures.inc()
 			proxywasm.LogDebugf("chime: state refresh failed: %s", failure)

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/hostapi"
 )
 
 // The per-request host calls (prepare, its answer, outcomes; SPEC §1) are
@@ -15,7 +15,7 @@ import (
 // the wire format and the decoded values are unchanged.
 
 // encodePrepare is json.Marshal(prep), byte for byte.
-func encodePrepare(prep llm.PrepareRequest) ([]byte, error) {
+func encodePrepare(prep hostapi.PrepareRequest) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"requestId":`...)
 	b = appendJSONString(b, prep.RequestID)
@@ -44,7 +44,7 @@ func encodePrepare(prep llm.PrepareRequest) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// encodeOutcome is json.Marshal(llm.OutcomeRequest{RequestID: id}).
+// encodeOutcome is json.Marshal(hostapi.OutcomeRequest{RequestID: id}).
 func encodeOutcome(requestID string) []byte {
 	b := append(make([]byte, 0, 32+len(requestID)), `{"requestId":`...)
 	b = appendJSONString(b, requestID)
@@ -68,8 +68,8 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // decodePrepareAnswer is json.Unmarshal(body, ans) for the host's prepare
-// answer (host.PrepareAnswer: llm.PrepareResponse plus "route").
-func decodePrepareAnswer(body []byte, ans *llm.PrepareResponse) error {
+// answer (hostapi.PrepareResponse).
+func decodePrepareAnswer(body []byte, ans *hostapi.PrepareResponse) error {
 	fast := *ans
 	if (&answerScanner{b: body}).prepare(&fast) {
 		*ans = fast
@@ -238,7 +238,7 @@ func (s *answerScanner) end() bool {
 	return s.i == len(s.b)
 }
 
-func (s *answerScanner) prepare(ans *llm.PrepareResponse) bool {
+func (s *answerScanner) prepare(ans *hostapi.PrepareResponse) bool {
 	ok := s.object(func(key string) bool {
 		var ok bool
 		switch key {
@@ -254,17 +254,15 @@ func (s *answerScanner) prepare(ans *llm.PrepareResponse) bool {
 			ans.Reserved, ok = s.bool()
 		case "mayContinue":
 			ans.MayContinue, ok = s.bool()
-		case "route": // host.PrepareAnswer's; the filter does not read it
-			if s.peek('"') {
-				_, ok = s.str()
-			}
+		case "route":
+			ans.Route, ok = s.str()
 		}
 		return ok
 	})
 	return ok && s.end()
 }
 
-func (s *answerScanner) ntp(n *llm.NTPInfo) bool {
+func (s *answerScanner) ntp(n *hostapi.NTPInfo) bool {
 	return s.object(func(key string) bool {
 		var ok bool
 		switch key {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -29,7 +30,7 @@ func FuzzDecodePrepareAnswer(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var want, got llm.PrepareResponse
+		var want, got hostapi.PrepareResponse
 		wantErr := json.Unmarshal(body, &want)
 		gotErr := decodePrepareAnswer(body, &got)
 		if (wantErr == nil) != (gotErr == nil) {
@@ -48,7 +49,7 @@ func TestDecodePrepareAnswerFastPath(t *testing.T) {
 		`{"nowMs":1770067358241,"ntp":{"status":"disabled","offsetMs":0},"tools":["clock"]}` + "\n",
 		`{"nowMs":1,"ntp":{"status":"ok","offsetMs":-3,"server":"s","updatedAt":2},"tools":["clock"],"reminders":"r","reserved":true,"mayContinue":true,"route":"x"}` + "\n",
 	} {
-		var ans llm.PrepareResponse
+		var ans hostapi.PrepareResponse
 		if !(&answerScanner{b: []byte(body)}).prepare(&ans) || ans.NowMs == 0 || len(ans.Tools) != 1 {
 			t.Errorf("%s: fast path not taken (%+v)", body, ans)
 		}
@@ -62,9 +63,9 @@ func FuzzEncodePrepare(f *testing.F) {
 	f.Add("0d7c1c9e", "responses", "", "", "stop now")
 	f.Add("a\"b\\c", "messages", "<s>&", "Europe/Zürich", "\u2028\xff\n")
 	f.Fuzz(func(t *testing.T, id, proto, session, zone, text string) {
-		prep := llm.PrepareRequest{RequestID: id, Protocol: proto, SessionID: session, Timezone: zone}
+		prep := hostapi.PrepareRequest{RequestID: id, Protocol: proto, SessionID: session, Timezone: zone}
 		if text != "" {
-			prep.Directives = []llm.HostDirective{{Kind: "stopMessage", Text: text, MaxRepeats: 2, Position: len(id)}}
+			prep.Directives = []hostapi.HostDirective{{Kind: "stopMessage", Text: text, MaxRepeats: 2, Position: len(id)}}
 		}
 		if len(id)%2 == 1 { // some seeds of each kind carry one
 			prep.PreviousResponseID = text
@@ -77,7 +78,7 @@ func FuzzEncodePrepare(f *testing.F) {
 		if err != nil || string(got) != string(want) {
 			t.Fatalf("encodePrepare = %s, %v; json.Marshal = %s", got, err, want)
 		}
-		wantOutcome, _ := json.Marshal(llm.OutcomeRequest{RequestID: id})
+		wantOutcome, _ := json.Marshal(hostapi.OutcomeRequest{RequestID: id})
 		if got := encodeOutcome(id); string(got) != string(wantOutcome) {
 			t.Fatalf("encodeOutcome = %s; json.Marshal = %s", got, wantOutcome)
 		}
@@ -91,7 +92,7 @@ func TestEscapedServerToolNameStillResolved(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
 			e := newRespEnv(t, `{"token":"tok"}`)
-			r := e.exchange(p, false, llm.PrepareResponse{Tools: []string{"clock"}})
+			r := e.exchange(p, false, hostapi.PrepareResponse{Tools: []string{"clock"}})
 			body := bytes.ReplaceAll(r.upstream(serverTurn), []byte(`"clock"`), []byte(`"\u0063lo\u0063k"`))
 			if bytes.Contains(body, []byte("clock")) {
 				t.Fatalf("test body still names the tool: %s", body)
@@ -115,7 +116,7 @@ func TestPlainJSONAnswerPassesUntouched(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
 			e := newRespEnv(t, `{"token":"tok"}`)
-			r := e.exchange(p, false, llm.PrepareResponse{Tools: []string{"clock"}})
+			r := e.exchange(p, false, hostapi.PrepareResponse{Tools: []string{"clock"}})
 			turn := *stopTurn
 			turn.ToolCalls = []llm.ToolCall{readFile}
 			body := r.upstream(&turn)

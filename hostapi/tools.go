@@ -1,13 +1,20 @@
-package llm
+package hostapi
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/chimehq/chime/llm"
+)
 
 // ClockToolName is the name of the one tool the model sees for time and
 // reminders (SPEC §6).
 const ClockToolName = "clock"
 
-// ClockActions are the values of the clock tool's "action" (SPEC §6).
-var ClockActions = []string{"get", "schedule", "list", "cancel", "clear", "update"}
+var clockActions = []string{"get", "schedule", "list", "cancel", "clear", "update"}
+
+// ClockActions returns the values of the clock tool's "action" (SPEC §6).
+func ClockActions() []string { return slices.Clone(clockActions) }
 
 const clockDescription = `Read the current time and set reminders for yourself in this session.
 
@@ -17,7 +24,7 @@ Actions:
 - list: the session's pending reminders with their taskId.
 - cancel: remove the reminder taskId.
 - clear: remove all of this session's reminders.
-- update: change reminder taskId to the fields of items[0].
+- update: change reminder taskId to the fields of items[0]; "" and 0 keep a field, repeat "once" makes it one-shot.
 
 Every field is required. Pass items=[] and taskId="" when an action does not use them; in an item use tool="", arguments="", repeat="" and maxRuns=0 when not needed.
 items[].dueAt is ISO 8601 with a UTC offset, e.g. 2026-01-21T20:30:00-08:00. items[].task says what to do, concretely (which tool to call and why). items[].tool and items[].arguments optionally suggest a tool call; arguments is a JSON string such as "{\"path\":\"build.log\"}". items[].repeat is "" (once), "daily", "weekly", "every <duration>" (e.g. "every 30m") or a 5-field cron expression; items[].maxRuns caps a repeating reminder (0 = unlimited).
@@ -38,8 +45,8 @@ const clockSchema = `{"type":"object","properties":{` +
 
 // ClockToolSpec returns the strict clock tool schema of SPEC §6 (seed 000
 // §2.2): every property is required and no others are allowed.
-func ClockToolSpec() ToolSpec {
-	return ToolSpec{
+func ClockToolSpec() llm.ToolSpec {
+	return llm.ToolSpec{
 		Name:        ClockToolName,
 		Description: clockDescription,
 		Parameters:  json.RawMessage(clockSchema),

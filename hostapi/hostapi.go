@@ -1,10 +1,16 @@
-package llm
+// Package hostapi is the contract between the chime filter (chime.wasm)
+// and the chime host: every type, constant and string that crosses
+// between them (docs/host-api.md). plugin/ and host/ import it; it
+// imports neither, only the wire-protocol package llm for the canonical
+// turn and the parsed directive.
+package hostapi
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/chimehq/chime/llm"
 	"strings"
 )
 
@@ -32,11 +38,11 @@ const HeaderTimezone = "x-chime-timezone"
 // HostDirective is a directive the host applies to session state. The
 // filter parses and strips tags; the host, which owns state, acts on them.
 type HostDirective struct {
-	Kind       string     `json:"kind"` // DirectiveKind.String(): stopMessage, stopMessage:clear, clock, clock:clear, route, route:clear
-	Text       string     `json:"text,omitempty"`
-	MaxRepeats int        `json:"maxRepeats,omitempty"`
-	Clock      *ClockItem `json:"clock,omitempty"`
-	Route      string     `json:"route,omitempty"`
+	Kind       string         `json:"kind"` // one of the Directive* kinds
+	Text       string         `json:"text,omitempty"`
+	MaxRepeats int            `json:"maxRepeats,omitempty"`
+	Clock      *llm.ClockItem `json:"clock,omitempty"`
+	Route      string         `json:"route,omitempty"`
 	// Position is Directive.Position: the user turns before the tag's
 	// message. The host applies a directive once per session and position
 	// (SPEC §4).
@@ -80,6 +86,9 @@ type PrepareResponse struct {
 	// length is worth a resolve call for this session: a stopMessage is
 	// active or a task is pending. Server-tool calls are resolved anyway.
 	MayContinue bool `json:"mayContinue,omitempty"`
+	// Route is the session's pinned upstream route after this request's
+	// directives, "" when none (SPEC §4 routing).
+	Route string `json:"route,omitempty"`
 }
 
 // ResolveRequest hands the host a finished upstream turn that needs work:
@@ -104,7 +113,7 @@ type ResolveRequest struct {
 	// Turn is the provider's answer in canonical form, with its provider
 	// items (thinking blocks, reasoning items) for the followups to replay
 	// (SPEC §1).
-	Turn *Turn `json:"turn"`
+	Turn *llm.Turn `json:"turn"`
 	// ServerTools names the tools the filter withheld from the client.
 	ServerTools []string `json:"serverTools"`
 	// Streaming is true when the client asked for SSE.
@@ -121,10 +130,8 @@ type ResolveResponse struct {
 	// Continuation folds every followup turn of the chain (their text in
 	// order, the last turn's tool calls and finish, usage summed). The filter
 	// merges it after the original turn (llm.Merge / Splicer.Continue).
-	Continuation *Turn `json:"continuation,omitempty"`
-	// Reason says why the chain ended: "done", "client_tools", "max_hops",
-	// "max_duration", "repeated", "cancelled", "rejected" (a followup got
-	// 4xx), "upstream_error", "error". After a failed followup the
+	Continuation *llm.Turn `json:"continuation,omitempty"`
+	// Reason says why the chain ended: one of the Reason* values. After a failed followup the
 	// continuation is the last good turn with a note appended to its text
 	// (SPEC §14), so Continued is true even when no followup came back.
 	Reason string `json:"reason,omitempty"`
@@ -169,3 +176,46 @@ func followupMAC(token, requestID string) string {
 	m.Write([]byte(requestID))
 	return hex.EncodeToString(m.Sum(nil))
 }
+
+// Directive kinds of HostDirective.Kind (SPEC §4).
+const (
+	DirectiveStopMessage      = "stopMessage"
+	DirectiveStopMessageClear = "stopMessage:clear"
+	DirectiveClock            = "clock"
+	DirectiveClockClear       = "clock:clear"
+	DirectiveRoute            = "route"
+	DirectiveRouteClear       = "route:clear"
+)
+
+// DirectiveKind returns the HostDirective kind of a parsed directive, ""
+// for one the host does not act on (unknown tags are only stripped).
+func DirectiveKind(k llm.DirectiveKind) string {
+	switch k {
+	case llm.DirectiveStopMessage:
+		return DirectiveStopMessage
+	case llm.DirectiveStopMessageClear:
+		return DirectiveStopMessageClear
+	case llm.DirectiveClock:
+		return DirectiveClock
+	case llm.DirectiveClockClear:
+		return DirectiveClockClear
+	case llm.DirectiveRoute:
+		return DirectiveRoute
+	case llm.DirectiveRouteClear:
+		return DirectiveRouteClear
+	}
+	return ""
+}
+
+// Reasons a followup chain ends (ResolveResponse.Reason; SPEC §7, §14).
+const (
+	ReasonDone          = "done"           // nothing (more) to do
+	ReasonClientTools   = "client_tools"   // the turn has client tool calls: the client answers them
+	ReasonMaxHops       = "max_hops"       // at most 8 followups per chain
+	ReasonMaxDuration   = "max_duration"   // at most 15 min of wall time per chain
+	ReasonRepeated      = "repeated"       // 3 identical request/response pairs
+	ReasonCancelled     = "cancelled"      // the client went away (PathCancel or the callout dropped)
+	ReasonRejected      = "rejected"       // the provider answered a followup with 4xx
+	ReasonUpstreamError = "upstream_error" // a followup got 5xx, no answer, or a body that is not a turn
+	ReasonError         = "error"          // a followup could not be built
+)

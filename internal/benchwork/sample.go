@@ -1,9 +1,8 @@
-package llm
+package benchwork
 
 import (
+	"encoding/json"
 	"strconv"
-
-	"github.com/chimehq/chime/llm/internal/reqscan"
 )
 
 // SampleChatBody returns a deterministic Chat Completions request of about
@@ -15,7 +14,7 @@ func SampleChatBody(size int) []byte {
 	b := make([]byte, 0, size+size/8)
 	b = append(b, `{"model":"gpt-5-codex","stream":true,"prompt_cache_key":"bench-session","messages":[`...)
 	b = append(b, `{"role":"system","content":`...)
-	b = reqscan.AppendQuote(b, repeatTo("You are a coding agent working in a monorepo. Follow the repository conventions, run the tests, and keep changes minimal.\n", 6000))
+	b = appendQuote(b, repeatTo("You are a coding agent working in a monorepo. Follow the repository conventions, run the tests, and keep changes minimal.\n", 6000))
 	b = append(b, '}')
 	seq := uint32(7)
 	next := func() uint32 { seq = seq*1664525 + 1013904223; return seq >> 8 }
@@ -30,12 +29,12 @@ func SampleChatBody(size int) []byte {
 			user = "<**route:fast**> " + user
 		}
 		b = append(b, `,{"role":"user","content":`...)
-		b = reqscan.AppendQuote(b, user)
+		b = appendQuote(b, user)
 		id := "call_" + strconv.Itoa(turn)
 		b = append(b, `},{"role":"assistant","content":null,"tool_calls":[{"id":"`+id+`","type":"function","function":{"name":"exec","arguments":`...)
-		b = reqscan.AppendQuote(b, `{"cmd":"go test ./pkg/`+strconv.Itoa(turn)+`/... -run 'Test.*' -count=1"}`)
+		b = appendQuote(b, `{"cmd":"go test ./pkg/`+strconv.Itoa(turn)+`/... -run 'Test.*' -count=1"}`)
 		b = append(b, `}}]},{"role":"tool","tool_call_id":"`+id+`","content":`...)
-		b = reqscan.AppendQuote(b, toolLog(int(2000+next()%14000), turn))
+		b = appendQuote(b, toolLog(int(2000+next()%14000), turn))
 		b = append(b, '}')
 	}
 	b = append(b, `],"tools":[`...)
@@ -60,4 +59,10 @@ func repeatTo(s string, n int) string {
 func toolLog(n, turn int) string {
 	line := "=== RUN   TestParse/case_" + strconv.Itoa(turn) + "\n    parse_test.go:42: got \"α→β\" want \"α→γ\"\t(diff at C:\\src\\pkg)\n--- FAIL: TestParse (0.01s)\n"
 	return repeatTo(line, n)
+}
+
+// appendQuote appends s as a JSON string.
+func appendQuote(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
 }

@@ -3,7 +3,10 @@
 // wazero (issue: wasm/native ratio of the protocol layer).
 package benchwork
 
-import "github.com/chimehq/chime/llm"
+import (
+	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/llm"
+)
 
 // TimeTag is a representative SPEC §5 time tag.
 const TimeTag = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`"
@@ -20,7 +23,7 @@ func Edit(body []byte) ([]byte, error) {
 	if err := r.AppendUserText(TimeTag); err != nil {
 		return nil, err
 	}
-	if err := r.InjectTools([]llm.ToolSpec{llm.ClockToolSpec()}); err != nil {
+	if err := r.InjectTools([]llm.ToolSpec{hostapi.ClockToolSpec()}); err != nil {
 		return nil, err
 	}
 	return r.Bytes(), nil

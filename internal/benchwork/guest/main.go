@@ -7,7 +7,7 @@ package main
 import (
 	"unsafe"
 
-	"github.com/chimehq/chime/llm/internal/benchwork"
+	"github.com/chimehq/chime/internal/benchwork"
 )
 
 func main() {}

@@ -2,6 +2,7 @@ package benchwork
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,7 @@ func (w *wasmEditor) Edit(tb testing.TB, body []byte) int {
 // TestWasmEditMatchesNative guards the benchmark: the guest must do the same
 // work as native code, or the ratio means nothing.
 func TestWasmEditMatchesNative(t *testing.T) {
-	body := llm.SampleChatBody(64 << 10)
+	body := SampleChatBody(64 << 10)
 	native, err := Edit(body)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestWasmEditMatchesNative(t *testing.T) {
 // as a plain copy, interleaved in one run, and reports each in MB/s with
 // the ratios wasm/native and native/copy.
 func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
-	body := llm.SampleChatBody(1 << 20)
+	body := SampleChatBody(1 << 20)
 	w := newWasmEditor(b)
 	mb := float64(len(body)) / 1e6
 	var native, wasm, copying time.Duration
@@ -104,4 +105,44 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 	b.ReportMetric(mb*n/copying.Seconds(), "copy-MB/s")
 	b.ReportMetric(native.Seconds()/wasm.Seconds(), "wasm/native")
 	b.ReportMetric(copying.Seconds()/native.Seconds(), "native/copy")
+}
+
+const benchSize = 1 << 20
+
+func TestSampleChatBody(t *testing.T) {
+	b := SampleChatBody(benchSize)
+	if !json.Valid(b) || len(b) < benchSize*9/10 || len(b) > benchSize*11/10 {
+		t.Fatalf("bad sample: valid=%v len=%d", json.Valid(b), len(b))
+	}
+	r, err := llm.ParseRequest(llm.Chat, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.StripDirectives(); n < 3 {
+		t.Fatalf("sample has %d directives", n)
+	}
+}
+
+// BenchmarkEdit1MB and BenchmarkCopy1MB run side by side: the filter's
+// native request edit against a plain copy of the same bytes.
+func BenchmarkEdit1MB(b *testing.B) {
+	body := SampleChatBody(benchSize)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Edit(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCopy1MB(b *testing.B) {
+	body := SampleChatBody(benchSize)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	var sink []byte
+	for b.Loop() {
+		sink = append([]byte(nil), body...)
+	}
+	_ = sink
 }
