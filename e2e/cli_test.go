@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -258,17 +257,4 @@ func (d *demo) script(t testing.TB, replies ...map[string]any) {
 	if code, out := postJSON(t, d.mockURL+"/__mock/script", nil, replies); code/100 != 2 {
 		t.Fatalf("script: %d %s", code, out)
 	}
-}
-
-// readSSE drains an SSE body into its data lines.
-func readSSE(r io.Reader) []string {
-	var data []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if s, ok := strings.CutPrefix(sc.Text(), "data:"); ok {
-			data = append(data, strings.TrimSpace(s))
-		}
-	}
-	return data
 }

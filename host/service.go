@@ -25,6 +25,7 @@ import (
 	"github.com/chimehq/chime/host/internal/touch"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
+	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
 	"github.com/chimehq/chime/storage"
 )
@@ -201,7 +202,7 @@ func (s *Service) location(name string) *time.Location {
 	if v, ok := s.zones.Load(name); ok {
 		return v.(*time.Location)
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := llm.LoadTimezone(name) // the filter's loader: same zones on both sides
 	if err != nil {
 		s.log.Debug("host: unknown time zone ignored", "tz", name)
 		return nil

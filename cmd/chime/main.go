@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // the host renders tasks in any IANA zone, like chime.wasm, whatever the machine has
 )
 
 func main() {

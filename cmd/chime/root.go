@@ -24,7 +24,7 @@ func newRootCommand() *cobra.Command {
 }
 
 // newLogger builds the process logger. Task text and secrets are only ever
-// logged at debug level (DEVELOPERS.md standards).
+// logged at debug level.
 func newLogger() *slog.Logger {
 	var level slog.Level
 	switch strings.ToLower(logLevel) {

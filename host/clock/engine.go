@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/internal/timesource"
+	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/ntp"
 	"github.com/chimehq/chime/storage"
 )
@@ -160,7 +161,7 @@ func (e *Engine) taskLocation(t storage.ClockTask) *time.Location {
 		loc, ok := e.locs[t.TimeZone]
 		if !ok {
 			var err error
-			if loc, err = time.LoadLocation(t.TimeZone); err != nil {
+			if loc, err = llm.LoadTimezone(t.TimeZone); err != nil {
 				loc = nil
 			}
 			e.locs[t.TimeZone] = loc

@@ -48,7 +48,7 @@ const minEvery = time.Minute
 
 // cronParser accepts exactly the 5 standard fields (SPEC §6), plus an
 // optional CRON_TZ= prefix.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
+var cronParser = cron.MustNewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 
 // recurrence yields the occurrences of a repeating task.
 type recurrence interface {

@@ -231,17 +231,6 @@ func plainRun(b []byte, i int) int {
 	return i
 }
 
-// quoteRun skips 8 bytes at a time while none of them is a quote.
-func quoteRun(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		x := load64(b, i) ^ (lsb * '"')
-		if (x-lsb)&^x&msb != 0 {
-			break
-		}
-	}
-	return i
-}
-
 // StringEnd returns the index just after the string that starts at
 // b[i]=='"', or -1. It uses IndexByte, so long strings scan fast.
 func StringEnd(b []byte, i int) int {
