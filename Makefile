@@ -6,7 +6,7 @@ GOVERSION := $(shell $(GO) env GOVERSION)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: all build wasm run test fuzz-seeds bench vet clean
+.PHONY: all build wasm run test fuzz-seeds bench vet lint race clean
 
 all: build wasm
 
@@ -24,6 +24,22 @@ run: build wasm
 vet:
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/... ./llm/...
+
+# staticcheck (pinned, installed into bin/ through the module proxy) and a
+# gofmt check, for the host build and for the wasm build of the filter.
+STATICCHECK := bin/staticcheck
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: $(STATICCHECK)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) ./...
+	GOOS=wasip1 GOARCH=wasm $(STATICCHECK) ./plugin/... ./llm/... ./hostapi/...
+
+# The race detector over the concurrent parts: host, proxy data plane,
+# protocol layer and storage.
+race:
+	$(GO) test -race -count=1 -timeout 20m ./host/... ./envoy/internal/proxy/... ./llm/... ./hostapi/... ./storage/...
 
 # Unit, conformance, fuzz seed corpora (Fuzz* run their seeds as tests) and e2e.
 test: vet wasm

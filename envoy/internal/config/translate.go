@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 Envoy still accepts the deprecated header matchers and fail_open, so the local runtime must too (docs/local-runtime.md).
+
 package config
 
 import (
@@ -257,10 +259,12 @@ func translateHCM(hcm *hcmv3.HttpConnectionManager, ln *Listener, where string) 
 				return err
 			}
 			if !last {
+				//lint:ignore ST1005 Envoy's own message, copied so both reject a config alike
 				return fmt.Errorf("%s: Error: terminal filter named %s of type %s must be the last filter in a http filter chain.", fw, hf.GetName(), RouterFilterName)
 			}
 		case *wasmfilterv3.Wasm:
 			if last {
+				//lint:ignore ST1005 Envoy's own message, copied so both reject a config alike
 				return fmt.Errorf("%s: Error: non-terminal filter named %s of type envoy.filters.http.wasm is the last filter in a http filter chain.", fw, hf.GetName())
 			}
 			if err := checkSupported(m.ProtoReflect(), wasmFields, "", fw+".typed_config"); err != nil {

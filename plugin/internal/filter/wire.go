@@ -108,12 +108,6 @@ func (s *answerScanner) eat(c byte) bool {
 	return false
 }
 
-// peek reports whether the next non-space byte is c, without consuming it.
-func (s *answerScanner) peek(c byte) bool {
-	s.ws()
-	return s.i < len(s.b) && s.b[s.i] == c
-}
-
 // str reads a string without escapes or control characters, valid UTF-8:
 // exactly the strings encoding/json returns byte for byte.
 func (s *answerScanner) str() (string, bool) {

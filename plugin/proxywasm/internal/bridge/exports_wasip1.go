@@ -2,6 +2,8 @@
 
 package bridge
 
+//lint:file-ignore U1000 the proxy_on_* callbacks are called by the wasm host through go:wasmexport
+
 // The proxy-wasm v0.2.1 callbacks (abi.GuestCallbacks). Each one enters
 // through enter(), which drops host allocations left over from earlier
 // callbacks, then routes to the installed Guest. Reentrant calls (a host
