@@ -26,8 +26,8 @@ const (
 	cxTurn1     = "codex-cli-0.169-responses-turn1.json"
 )
 
-// clientBody returns the request body of a captured client request.
-func clientText(t testing.TB, name string) string { return string(clientText(t, name)) }
+// clientText returns the request body of a captured client request as text.
+func clientText(t testing.TB, name string) string { return string(clientBody(t, name)) }
 
 // jset sets path to a string value; jraw sets it to raw JSON. A path
 // ending in ".-1" appends to an array.
