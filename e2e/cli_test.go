@@ -231,12 +231,16 @@ func (d *demo) clock(t testing.TB, session string, args map[string]any) map[stri
 	return res
 }
 
-// mockRequest is one request the mock provider recorded.
+// mockRequest is one request the mock provider recorded
+// (mockllm.RecordedRequest).
 type mockRequest struct {
+	Method     string            `json:"method"`
 	Path       string            `json:"path"`
 	Headers    map[string]string `json:"headers"`
 	Body       string            `json:"body"`
 	ReceivedAt time.Time         `json:"receivedAt"`
+	Status     int               `json:"status"`    // 0 while undecided or when the client left
+	Rejection  string            `json:"rejection"` // why the mock refused it as the real API would
 }
 
 func (d *demo) mockRequests(t testing.TB) []mockRequest {
