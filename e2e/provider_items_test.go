@@ -209,6 +209,7 @@ func TestRejectedFollowupIsVisible(t *testing.T) {
 	forEachProtocolMode(t, func(t *testing.T, pc protoCase, m mode) {
 		n++
 		deleteMockRequests(t, d)
+		d.expectRejections(1) // the scripted refusal of the followup
 		d.script(t,
 			map[string]any{"text": "Let me check.", "toolCalls": []any{clockGet()}},
 			map[string]any{"status": 400, "error": refusal},
@@ -233,6 +234,7 @@ func TestRejectedFollowupKeepsThinking(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			deleteMockRequests(t, d)
+			d.expectRejections(1) // the scripted refusal of the followup
 			d.script(t,
 				map[string]any{"thinking": "Ask the clock.", "text": "Let me check.", "toolCalls": []any{clockGet()}},
 				map[string]any{"status": 400, "error": "prompt is too long"},
