@@ -135,6 +135,12 @@ type demo struct {
 	config                     string // rewritten envoy.yaml
 	dataDir                    string
 	hostPort, mockPort         int
+
+	// The rejection guard (see guardRejections).
+	mu              sync.Mutex
+	guarded         bool
+	expectRejected  int           // rejections the test declared
+	clearedRejected []mockRequest // rejections recorded before a clear
 }
 
 func newDemo(t testing.TB) *demo {
@@ -158,9 +164,11 @@ func (d *demo) env() []string { return []string{"CHIME_DATA_DIR=" + d.dataDir} }
 
 // up runs the whole stack as `chime up`.
 func (d *demo) up(t testing.TB) *proc {
-	return startChime(t, d.env(), []string{d.hostURL + "/healthz", d.mockURL + "/__mock/requests", d.adminURL + "/ready"},
+	p := startChime(t, d.env(), []string{d.hostURL + "/healthz", d.mockURL + "/__mock/requests", d.adminURL + "/ready"},
 		"up", "-c", d.config, "--host-addr", fmt.Sprintf("127.0.0.1:%d", d.hostPort),
 		"--mock-addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort), "--wasi-profile", "envoy-1.38", "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+	d.guardRejections(t)
+	return p
 }
 
 // host runs `chime host` alone.
@@ -172,6 +180,97 @@ func (d *demo) host(t testing.TB) *proc {
 func (d *demo) proxyAndMock(t testing.TB) {
 	startChime(t, nil, []string{d.mockURL + "/__mock/requests"}, "mockllm", "--addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort))
 	startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+	d.guardRejections(t)
+}
+
+// guardRejections fails t at its end if the mock provider refused more or
+// fewer requests than the test declared with expectRejections. The strict
+// mock answers 400 where the real API would (SPEC §12), and chime turns some
+// refusals into a visible note with a 200 to the client, so a test that
+// only looks at the client's answer would not notice that the provider
+// refused what chime sent. A scripted error status counts as a refusal too.
+// Registered after the mock started, the check runs before it is stopped.
+func (d *demo) guardRejections(t testing.TB) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.guarded {
+		return
+	}
+	d.guarded = true
+	t.Cleanup(func() {
+		rejected, err := d.rejections()
+		if err != nil {
+			t.Errorf("mock rejection guard: %v", err)
+			return
+		}
+		d.mu.Lock()
+		rejected = append(append([]mockRequest(nil), d.clearedRejected...), rejected...)
+		want := d.expectRejected
+		d.mu.Unlock()
+		if len(rejected) == want {
+			return
+		}
+		var b strings.Builder
+		for _, r := range rejected {
+			why, body := r.Rejection, r.Body
+			if why == "" {
+				why = "(no request rule: a scripted status or an unknown path)"
+			}
+			if len(body) > 300 {
+				body = body[:300] + "…"
+			}
+			fmt.Fprintf(&b, "\n  %s %s -> %d %s\n    body: %s", r.Method, r.Path, r.Status, why, body)
+		}
+		t.Errorf("the mock provider refused %d requests, the test expected %d (declare deliberate ones with expectRejections):%s",
+			len(rejected), want, b.String())
+	})
+}
+
+// expectRejections declares n more provider requests that the test makes
+// the mock refuse on purpose (scripted error statuses or invalid requests).
+func (d *demo) expectRejections(n int) {
+	d.mu.Lock()
+	d.expectRejected += n
+	d.mu.Unlock()
+}
+
+// rejections returns the recorded requests the mock refused.
+func (d *demo) rejections() ([]mockRequest, error) {
+	resp, err := http.Get(d.mockURL + "/__mock/requests")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var all []mockRequest
+	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
+		return nil, fmt.Errorf("GET /__mock/requests: %v", err)
+	}
+	var out []mockRequest
+	for _, r := range all {
+		if r.Rejection != "" || r.Status >= 400 {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// clearMockRequests empties the mock's request log, keeping the refusals
+// in it for the rejection guard.
+func (d *demo) clearMockRequests(t testing.TB) {
+	t.Helper()
+	rejected, err := d.rejections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.clearedRejected = append(d.clearedRejected, rejected...)
+	d.mu.Unlock()
+	req, _ := http.NewRequest("DELETE", d.mockURL+"/__mock/requests", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 }
 
 func postJSON(t testing.TB, url string, hdr map[string]string, body any) (int, []byte) {
@@ -230,12 +329,16 @@ func (d *demo) clock(t testing.TB, session string, args map[string]any) map[stri
 	return res
 }
 
-// mockRequest is one request the mock provider recorded.
+// mockRequest is one request the mock provider recorded
+// (mockllm.RecordedRequest).
 type mockRequest struct {
+	Method     string            `json:"method"`
 	Path       string            `json:"path"`
 	Headers    map[string]string `json:"headers"`
 	Body       string            `json:"body"`
 	ReceivedAt time.Time         `json:"receivedAt"`
+	Status     int               `json:"status"`    // 0 while undecided or when the client left
+	Rejection  string            `json:"rejection"` // why the mock refused it as the real API would
 }
 
 func (d *demo) mockRequests(t testing.TB) []mockRequest {

@@ -67,13 +67,6 @@ func (c capturedClient) send(t testing.TB, d *demo, m mode, session, prompt stri
 		// The newest user text is the one chime reads (SPEC §4).
 		body, err = sjson.Set(body, "messages.0.content.1.text", prompt)
 		require.NoError(t, err)
-		// The capture ends with a role:"system" message; the time tag then
-		// goes into a new user message after it, which the strict mock
-		// rejects (user, user once system is set aside). That is the
-		// request path's business, not this test's: drop the message.
-		if gjson.Get(body, "messages.1.role").String() == "system" {
-			body, err = sjson.Delete(body, "messages.1")
-		}
 	case llm.Responses:
 		hdr["session-id"], hdr["thread-id"] = session, session
 		body, err = sjson.Set(body, "prompt_cache_key", session)
@@ -216,6 +209,7 @@ func TestRejectedFollowupIsVisible(t *testing.T) {
 	forEachProtocolMode(t, func(t *testing.T, pc protoCase, m mode) {
 		n++
 		deleteMockRequests(t, d)
+		d.expectRejections(1) // the scripted refusal of the followup
 		d.script(t,
 			map[string]any{"text": "Let me check.", "toolCalls": []any{clockGet()}},
 			map[string]any{"status": 400, "error": refusal},
@@ -240,6 +234,7 @@ func TestRejectedFollowupKeepsThinking(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			deleteMockRequests(t, d)
+			d.expectRejections(1) // the scripted refusal of the followup
 			d.script(t,
 				map[string]any{"thinking": "Ask the clock.", "text": "Let me check.", "toolCalls": []any{clockGet()}},
 				map[string]any{"status": 400, "error": "prompt is too long"},

@@ -187,10 +187,7 @@ func toolNames(path, body string) []string {
 
 func deleteMockRequests(t testing.TB, d *demo) {
 	t.Helper()
-	req, _ := http.NewRequest("DELETE", d.mockURL+"/__mock/requests", nil)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
+	d.clearMockRequests(t)
 }
 
 func getJSON(t testing.TB, url string) string {
@@ -237,6 +234,8 @@ func TestReminderReservation(t *testing.T) {
 			assert.NotContains(t, strings.Join(texts, "\n"), reminder, "not due yet")
 
 			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond) // real time under test: the host process makes the task due
+
+			d.expectRejections(1) // the scripted 500 below
 			code, texts := send(map[string]any{"status": 500, "error": "upstream exploded"})
 			assert.Equal(t, http.StatusInternalServerError, code)
 			assert.Equal(t, 1, strings.Count(strings.Join(texts, "\n"), reminder), "injected once when due: %q", texts)

@@ -29,7 +29,8 @@ var compactionSentinels = []string{
 // system prompt (Chat's leading system/developer messages, Responses'
 // instructions and leading system/developer items, Messages' system) and
 // the newest user turn (the trailing run of user messages or items, each
-// text part, which covers chime's own appended time tag too). Earlier
+// text part, which covers chime's own appended time tag too; in Messages
+// behind any trailing role:"system" messages). Earlier
 // history is never examined, so a pasted summary prompt in an old message
 // does not count. A body ParseRequest rejects is not a compaction request.
 func IsCompaction(p Protocol, body []byte) bool {
@@ -64,8 +65,13 @@ func IsCompaction(p Protocol, body []byte) bool {
 			}
 		}
 	}
-	// The newest user turn.
-	for i := len(r.msgs) - 1; i >= 0 && r.msgs[i].user; i-- {
+	// The newest user turn; in Messages trailing role:"system" messages
+	// (Claude Code's mid-conversation-system beta) may follow it.
+	last := len(r.msgs) - 1
+	for p == Messages && last >= 0 && r.msgs[last].system {
+		last--
+	}
+	for i := last; i >= 0 && r.msgs[i].user; i-- {
 		c := r.msgs[i].content
 		if c.ok() && hasSentinel(gjson.ParseBytes(top[c.s:c.e])) {
 			return true

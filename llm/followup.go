@@ -67,7 +67,9 @@ func AssignCallIDs(p Protocol, request []byte, t *Turn) {
 //     received (signatures included), one text block, tool_use blocks —
 //     then one user message holding the tool_result blocks (tool_use_id)
 //     and the text after them, so roles alternate and every tool_use is
-//     answered (SPEC §2 injected user text).
+//     answered (SPEC §2 injected user text). Both go after a trailing
+//     role:"system" message (Claude Code's mid-conversation-system beta):
+//     the assistant turn answered the conversation including it.
 //
 // Provider content is replayed verbatim (SPEC §1): providers reject a
 // tool-result turn whose assistant message lost its signed thinking block

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // followupBodies are the saved SDK requests by protocol plus odd shapes.
@@ -451,4 +453,82 @@ func FuzzBuildFollowup(f *testing.F) {
 			t.Fatalf("followup lost messages: %d < %d", len(r.msgs), len(orig.msgs))
 		}
 	})
+}
+
+// TestBuildFollowupTrailingSystem: Claude Code ends its request with a
+// role:"system" message (mid-conversation-system beta). A followup keeps it
+// where the client put it: the assistant turn answers the conversation
+// including it and goes after it, the user turn after that; an empty turn's
+// text joins the user message before it, as AppendUserText does. With
+// system messages set aside roles alternate, as the Messages API requires.
+func TestBuildFollowupTrailingSystem(t *testing.T) {
+	r := parse(t, Messages, clientText(t, ccTurn1))
+	must(t, r.AppendUserText("TAG")) // the body as the provider received it
+	request := edited(t, r)
+	system := gjson.Get(request, "messages.1").Raw
+	if gjson.Get(system, "role").Str != "system" {
+		t.Fatalf("capture changed: messages.1 is %.80s", system)
+	}
+	call := &Turn{Text: "running it", ToolCalls: []ToolCall{{ID: "toolu_1", Name: "clock", Arguments: `{}`}}}
+	res := []ToolResult{{CallID: "toolu_1", Output: `{"ok":true}`}}
+	cases := []struct {
+		name     string
+		turn     *Turn
+		results  []ToolResult
+		text     string
+		roles    string
+		lastUser string // the types of the final user message's blocks
+	}{
+		{"text turn and user text", &Turn{Text: "hello"}, nil, "go on", "user system assistant user", "text"},
+		{"tool results", call, res, "", "user system assistant user", "tool_result"},
+		{"tool results and user text", call, res, "go on", "user system assistant user", "tool_result text"},
+		{"empty turn", &Turn{}, nil, "go on", "user system", "text text text text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := BuildFollowup(Messages, []byte(request), c.turn, c.results, c.text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs := gjson.GetBytes(out, "messages").Array()
+			var roles, seq []string
+			lastUser := -1
+			for i, m := range msgs {
+				role := m.Get("role").Str
+				roles = append(roles, role)
+				if role != "system" {
+					seq = append(seq, role)
+				}
+				if role == "user" {
+					lastUser = i
+				}
+			}
+			if got := strings.Join(roles, " "); got != c.roles {
+				t.Fatalf("roles %q, want %q", got, c.roles)
+			}
+			for k, role := range seq {
+				if want := []string{"user", "assistant"}[k%2]; role != want {
+					t.Fatalf("non-system message %d is %s, want %s: %v", k, role, want, roles)
+				}
+			}
+			if got := msgs[1].Raw; got != system {
+				t.Errorf("system message changed or moved: %.120s", got)
+			}
+			var types []string
+			for _, b := range msgs[lastUser].Get("content").Array() {
+				types = append(types, b.Get("type").Str)
+			}
+			if got := strings.Join(types, " "); got != c.lastUser {
+				t.Errorf("final user message blocks %q, want %q", got, c.lastUser)
+			}
+			if c.text != "" {
+				if got := msgs[lastUser].Get("content.@reverse.0.text").Str; got != c.text {
+					t.Errorf("final user block text %q, want %q", got, c.text)
+				}
+			}
+			if got := msgs[0].Get("content.#(text==\"TAG\").text").Str; got != "TAG" {
+				t.Errorf("the time tag left the first user message: %s", msgs[0].Raw)
+			}
+		})
+	}
 }

@@ -67,6 +67,7 @@ func (p span) ok() bool { return p.s >= 0 }
 type message struct {
 	span
 	user    bool // role "user"
+	system  bool // role "system" (Messages: the mid-conversation-system beta)
 	model   bool // produced by the model: a new-input boundary (SPEC §4)
 	content span
 }
@@ -210,6 +211,7 @@ func (r *Request) indexList(vs int) int {
 			})
 			if m.e >= 0 {
 				m.user = role.ok() && stringIs(b[role.s:role.e], "user")
+				m.system = role.ok() && stringIs(b[role.s:role.e], "system")
 				m.model = r.modelItem(role, typ)
 			}
 		} else {

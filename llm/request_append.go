@@ -18,10 +18,11 @@ var ErrEmptyText = errors.New("llm: appended user text is empty")
 //     string input first becomes the item list form, its text as the
 //     first item (dropped if stripping left it empty); a missing or null
 //     input becomes a list.
-//   - Messages: a text block at the end of the final message if it is a
-//     user message, after any tool_result blocks (string content becomes a
-//     block list, and a StrippedPlaceholder block is replaced by text);
-//     otherwise a new user message.
+//   - Messages: a text block at the end of the final user message, after
+//     any tool_result blocks (string content becomes a block list, and a
+//     StrippedPlaceholder block is replaced by text), when only role:"system"
+//     messages follow it (Claude Code's mid-conversation-system beta; they
+//     stay where they are); otherwise a new user message at the end.
 //
 // Several calls append in call order.
 func (r *Request) AppendUserText(text string) error {
@@ -81,12 +82,13 @@ func (r *Request) appendMessages(text string) error {
 		r.appendInto(r.finalEdit, block)
 		return nil
 	}
-	if len(r.msgs) == 0 || !r.msgs[len(r.msgs)-1].user {
+	u := r.finalUser()
+	if u < 0 {
 		msg := append(append([]byte(`{"role":"user","content":[`), block...), "]}"...)
 		r.finalEdit = r.insertAt(r.listInsert, r.listEmpty, msg, 2)
 		return nil
 	}
-	c := r.msgs[len(r.msgs)-1].content
+	c := r.msgs[u].content
 	if !c.ok() {
 		return fmt.Errorf("%w: final user message has no content", ErrBodyShape)
 	}
@@ -111,6 +113,22 @@ func (r *Request) appendMessages(text string) error {
 		return fmt.Errorf("%w: final user message content is neither a string nor a list", ErrBodyShape)
 	}
 	return nil
+}
+
+// finalUser returns the index of the final user message when only
+// role:"system" messages follow it, or -1. A new user message after such a
+// system message would make two user turns in a row, which the Messages API
+// rejects (SPEC §2 injected user text).
+func (r *Request) finalUser() int {
+	for i := len(r.msgs) - 1; i >= 0; i-- {
+		switch {
+		case r.msgs[i].user:
+			return i
+		case !r.msgs[i].system:
+			return -1
+		}
+	}
+	return -1
 }
 
 // listFromString turns the string value at sp into a list whose first

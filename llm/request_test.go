@@ -174,6 +174,17 @@ func TestMessagesAppendShapes(t *testing.T) {
 			`[{"role":"user","content":[{"type":"text","text":"T1"},{"type":"text","text":"T2"}]} ]`},
 		{"empty block list", `{"messages":[{"role":"user","content":[]}]}`, "messages.0.content",
 			`[{"type":"text","text":"T1"},{"type":"text","text":"T2"}]`},
+		// Claude Code's mid-conversation-system beta: the system message
+		// stays last and the user turn gets the text, else two user turns
+		// would follow each other once system is set aside.
+		{"before a trailing system message", `{"messages":[{"role":"user","content":"hi"},{"role":"system","content":"s"}]}`, "messages",
+			`[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"text","text":"T1"},{"type":"text","text":"T2"}]},{"role":"system","content":"s"}]`},
+		{"tool_result before two system messages", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"out"}]},{"role":"system","content":"a"},{"role":"system","content":"b"}]}`, "messages",
+			`[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"out"},{"type":"text","text":"T1"},{"type":"text","text":"T2"}]},{"role":"system","content":"a"},{"role":"system","content":"b"}]`},
+		{"system after assistant", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"},{"role":"system","content":"s"}]}`, "messages.3",
+			`{"role":"user","content":[{"type":"text","text":"T1"},{"type":"text","text":"T2"}]}`},
+		{"only a system message", `{"messages":[{"role":"system","content":"s"}]}`, "messages",
+			`[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"T1"},{"type":"text","text":"T2"}]}]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -277,6 +277,50 @@ func TestClientRequestsAccepted(t *testing.T) {
 	}
 }
 
+// TestClientRequestsEditedAccepted: chime's own edits keep the real
+// clients' requests valid (SPEC §2 injected user text): the time tag
+// appended, then followups with a text turn and with a tool round trip.
+// Claude Code's trailing role:"system" message must not end up between two
+// user turns.
+func TestClientRequestsEditedAccepted(t *testing.T) {
+	for _, fx := range clientFixtures(t) {
+		t.Run(fx.name, func(t *testing.T) {
+			p := llm.DetectProtocol(fx.path)
+			r, err := llm.ParseRequest(p, fx.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.AppendUserText("<current_time>2026-01-02T03:04:05Z</current_time>"); err != nil {
+				t.Fatal(err)
+			}
+			tagged := r.Bytes()
+			s := New()
+			if rej := s.Validate(p, tagged); rej != nil {
+				t.Fatalf("time tag appended: %s", rej.Message)
+			}
+			call := &llm.Turn{Text: "running it", ToolCalls: []llm.ToolCall{{ID: "call_x1", Name: "clock", Arguments: `{}`}}}
+			for _, f := range []struct {
+				name    string
+				turn    *llm.Turn
+				results []llm.ToolResult
+				text    string
+			}{
+				{"text turn", &llm.Turn{Text: "hello"}, nil, "go on"},
+				{"empty turn", &llm.Turn{}, nil, "go on"},
+				{"tool round trip", call, []llm.ToolResult{{CallID: "call_x1", Output: `{"ok":true}`}}, ""},
+			} {
+				out, err := llm.BuildFollowup(p, tagged, f.turn, f.results, f.text)
+				if err != nil {
+					t.Fatalf("%s: %v", f.name, err)
+				}
+				if rej := s.Validate(p, out); rej != nil {
+					t.Errorf("%s followup: %s", f.name, rej.Message)
+				}
+			}
+		})
+	}
+}
+
 func FuzzValidate(f *testing.F) {
 	for _, fx := range clientFixtures(f) {
 		f.Add(uint8(llm.DetectProtocol(fx.path)), fx.body)
