@@ -1,10 +1,7 @@
 package clock
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -131,50 +128,4 @@ func (e *Engine) NextDue(ctx context.Context, sessionID, requestID string) (time
 		return time.Time{}, false
 	}
 	return time.UnixMilli(best), true
-}
-
-// ApplyClear deletes all of the session's tasks, synchronously on disk
-// (SPEC §4 `<**clock:clear**>`), and returns how many it removed.
-func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) {
-	if sessionID == "" {
-		return 0, ErrNoSession
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.store.ClearTasks(sessionID)
-}
-
-// ScheduleFromDirective schedules what the user wrote in
-// `<**clock:{"dueAt":"…","task":"…"}**>` (SPEC §4): one item object, or an
-// array of them, with the fields of the tool's items[]. The error text is
-// the reason, suitable for logs.
-func (e *Engine) ScheduleFromDirective(ctx context.Context, sessionID, requestID, payload string) ([]Scheduled, error) {
-	if sessionID == "" {
-		return nil, ErrNoSession
-	}
-	raw := bytes.TrimSpace([]byte(payload))
-	var items []itemArg
-	if len(raw) > 0 && raw[0] == '[' {
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, fmt.Errorf("clock directive: not a JSON array of tasks: %w", err)
-		}
-	} else {
-		var it itemArg
-		if err := json.Unmarshal(raw, &it); err != nil {
-			return nil, fmt.Errorf("clock directive: not a JSON object like {\"dueAt\":\"2026-01-21T20:30:00-08:00\",\"task\":\"…\"}: %w", err)
-		}
-		items = []itemArg{it}
-	}
-	out, _, terr := e.schedule(ctx, sessionID, requestID, items)
-	if terr != nil {
-		return nil, fmt.Errorf("clock directive: %w", terr)
-	}
-	return out, nil
-}
-
-// IsStorageFailure reports whether err (from ScheduleFromDirective) came
-// from storage rather than from the payload.
-func IsStorageFailure(err error) bool {
-	var te *toolError
-	return errors.As(err, &te) && te.err != nil && !errors.Is(te.err, ErrNoSession)
 }

@@ -1,0 +1,79 @@
+package clock
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/chimehq/chime/hostapi"
+)
+
+// ApplyDirective applies a clock or clock:clear directive (SPEC §4) for the
+// request requestID of the session: it schedules the directive's task like
+// the tool's schedule, or deletes all of the session's tasks.
+func (e *Engine) ApplyDirective(ctx context.Context, sessionID, requestID string, d hostapi.HostDirective) error {
+	switch d.Kind {
+	case hostapi.DirectiveClockClear:
+		_, err := e.ApplyClear(ctx, sessionID)
+		return err
+	case hostapi.DirectiveClock:
+		if d.Clock == nil {
+			return errors.New("clock directive without a task")
+		}
+		payload, err := json.Marshal(d.Clock)
+		if err != nil {
+			return err
+		}
+		_, err = e.ScheduleFromDirective(ctx, sessionID, requestID, string(payload))
+		return err
+	}
+	return fmt.Errorf("clock: %q is not a clock directive", d.Kind)
+}
+
+// ApplyClear deletes all of the session's tasks, synchronously on disk
+// (SPEC §4 `<**clock:clear**>`), and returns how many it removed.
+func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) {
+	if sessionID == "" {
+		return 0, ErrNoSession
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.store.ClearTasks(sessionID)
+}
+
+// ScheduleFromDirective schedules what the user wrote in
+// `<**clock:{"dueAt":"…","task":"…"}**>` (SPEC §4): one item object, or an
+// array of them, with the fields of the tool's items[]. The error text is
+// the reason, suitable for logs.
+func (e *Engine) ScheduleFromDirective(ctx context.Context, sessionID, requestID, payload string) ([]Scheduled, error) {
+	if sessionID == "" {
+		return nil, ErrNoSession
+	}
+	raw := bytes.TrimSpace([]byte(payload))
+	var items []itemArg
+	if len(raw) > 0 && raw[0] == '[' {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, fmt.Errorf("clock directive: not a JSON array of tasks: %w", err)
+		}
+	} else {
+		var it itemArg
+		if err := json.Unmarshal(raw, &it); err != nil {
+			return nil, fmt.Errorf("clock directive: not a JSON object like {\"dueAt\":\"2026-01-21T20:30:00-08:00\",\"task\":\"…\"}: %w", err)
+		}
+		items = []itemArg{it}
+	}
+	out, _, terr := e.schedule(ctx, sessionID, requestID, items)
+	if terr != nil {
+		return nil, fmt.Errorf("clock directive: %w", terr)
+	}
+	return out, nil
+}
+
+// IsStorageFailure reports whether err (from ScheduleFromDirective) came
+// from storage rather than from the payload.
+func IsStorageFailure(err error) bool {
+	var te *toolError
+	return errors.As(err, &te) && te.err != nil && !errors.Is(te.err, ErrNoSession)
+}
