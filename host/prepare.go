@@ -7,20 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/host/route"
 	"github.com/chimehq/chime/hostapi"
-	"github.com/chimehq/chime/llm"
-	"github.com/chimehq/chime/storage"
 )
-
-// maxRouteLen bounds a pinned route name; routes are header values.
-const maxRouteLen = 128
 
 var errNoSession = errors.New("no session id on the request")
 
@@ -75,11 +70,10 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
-	ans.MayContinue = pending || (stopMessages{s.store}).Active(sid)
-	if sess, ok, err := s.store.GetSession(sid); err != nil {
+	ans.MayContinue = pending || s.stops.Active(sid)
+	var err error
+	if ans.Route, err = route.Pinned(s.store, sid); err != nil {
 		s.log.Warn("reading session record failed", "err", err)
-	} else if ok {
-		ans.Route = sess.Route
 	}
 	return ans
 }
@@ -124,79 +118,21 @@ func directiveDigest(d hostapi.HostDirective, previousResponseID string) string 
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// applyDirective applies one directive to the session's state; every write
-// is synchronous (SPEC §6 write-through).
+// applyDirective hands one directive to the feature that owns its kind
+// (SPEC §4); every write is synchronous (SPEC §6 write-through).
 func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d hostapi.HostDirective, now time.Time) error {
 	if sid == "" {
 		return errNoSession
 	}
 	switch d.Kind {
-	case hostapi.DirectiveStopMessage:
-		if strings.TrimSpace(d.Text) == "" {
-			return errors.New("stopMessage text is empty")
-		}
-		n := d.MaxRepeats
-		if n == 0 {
-			n = llm.DefaultStopMessageRepeats
-		}
-		if n < 1 {
-			return fmt.Errorf("stopMessage repeats %d: want N ≥ 1", n)
-		}
-		return s.store.PutStopMessage(sid, storage.StopMessage{Text: d.Text, MaxRepeats: n, UpdatedAt: now.UnixMilli()})
-	case hostapi.DirectiveStopMessageClear:
-		_, err := s.store.DeleteStopMessage(sid)
-		return err
-	case hostapi.DirectiveClockClear:
-		_, err := s.engine.ApplyClear(ctx, sid)
-		return err
-	case hostapi.DirectiveClock:
-		if d.Clock == nil {
-			return errors.New("clock directive without a task")
-		}
-		payload, err := json.Marshal(d.Clock)
-		if err != nil {
-			return err
-		}
-		_, err = s.engine.ScheduleFromDirective(ctx, sid, requestID, string(payload))
-		return err
-	case hostapi.DirectiveRoute:
-		if err := checkRoute(d.Route); err != nil {
-			return err
-		}
-		return s.setRoute(sid, d.Route, now)
-	case hostapi.DirectiveRouteClear:
-		return s.setRoute(sid, "", now)
+	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear:
+		return s.stops.ApplyDirective(sid, d, now)
+	case hostapi.DirectiveClock, hostapi.DirectiveClockClear:
+		return s.engine.ApplyDirective(ctx, sid, requestID, d)
+	case hostapi.DirectiveRoute, hostapi.DirectiveRouteClear:
+		return route.ApplyDirective(s.store, sid, d, now)
 	}
 	return fmt.Errorf("unknown directive kind %q", d.Kind)
-}
-
-// checkRoute accepts a header-safe route name.
-func checkRoute(r string) error {
-	if r == "" || len(r) > maxRouteLen {
-		return fmt.Errorf("route name must be 1..%d bytes", maxRouteLen)
-	}
-	for i := 0; i < len(r); i++ {
-		if c := r[i]; c <= ' ' || c >= 0x7f {
-			return errors.New("route name must be printable ASCII without spaces")
-		}
-	}
-	return nil
-}
-
-// setRoute pins (or, with "", unpins) the session's route on its record.
-func (s *Service) setRoute(sid, route string, now time.Time) error {
-	return s.store.Update(func(tx *storage.Tx) error {
-		sess, ok, err := tx.Session(sid)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			sess = storage.Session{ID: sid, CreatedAt: now.UnixMilli()}
-		}
-		sess.LastSeenAt = max(sess.LastSeenAt, now.UnixMilli())
-		sess.Route = route
-		return tx.PutSession(sess)
-	})
 }
 
 // directiveLabel bounds the metric label set to the known kinds.

@@ -8,7 +8,6 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/hostapi"
-	"github.com/chimehq/chime/storage"
 )
 
 // maxResolveBody bounds a resolve request: it carries the whole captured
@@ -20,7 +19,7 @@ func (s *Service) newResolver() (*resolve.Resolver, error) {
 	return resolve.New(resolve.Config{
 		Token:              s.cfg.Token,
 		Tools:              s,
-		Stop:               stopMessages{s.store},
+		Stop:               s.stops,
 		Reminders:          holdReminders{s},
 		Observer:           observer{s.metrics},
 		Clock:              s.clock,
@@ -46,41 +45,6 @@ func (s *Service) Resolve(ctx context.Context, req hostapi.ResolveRequest) (host
 // Cancel stops the chain of requestID, now or when its resolve arrives
 // within a few minutes (POST /v1/filter/cancel; SPEC §1 disconnect).
 func (s *Service) Cancel(requestID string) { s.resolver.Cancel(requestID) }
-
-// stopMessages is the stopMessage state of SPEC §7 over the store.
-type stopMessages struct{ store *storage.Store }
-
-func (m stopMessages) Active(sid string) bool {
-	if sid == "" {
-		return false
-	}
-	st, ok, err := m.store.GetStopMessage(sid)
-	return err == nil && ok && st.Text != "" && st.Used < st.MaxRepeats
-}
-
-// Consume persists used+1 and lastUsedAt in one transaction, so two chains
-// of a session cannot both take the last repeat.
-func (m stopMessages) Consume(sid string, now time.Time) (string, bool, error) {
-	var text string
-	err := m.store.Update(func(tx *storage.Tx) error {
-		text = ""
-		st, ok, err := tx.StopMessage(sid)
-		if err != nil || !ok || st.Text == "" || st.Used >= st.MaxRepeats {
-			return err
-		}
-		st.Used++
-		st.LastUsedAt = now.UnixMilli()
-		if err := tx.PutStopMessage(sid, st); err != nil {
-			return err
-		}
-		text = st.Text
-		return nil
-	})
-	if err != nil {
-		return "", false, err
-	}
-	return text, text != "", nil
-}
 
 // holdReminders adapts the clock engine for holds.
 type holdReminders struct{ s *Service }

@@ -23,6 +23,7 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
+	"github.com/chimehq/chime/host/stopmessage"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
@@ -48,6 +49,7 @@ type Service struct {
 	tracker  *ntp.Tracker
 	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
+	stops    *stopmessage.Messages
 	touches  *touch.Batcher
 	metrics  *metrics.Metrics
 	tokenSum [sha256.Size]byte
@@ -98,6 +100,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: logger, store: store, tracker: tracker, clock: hostClock, engine: engine,
+		stops:    stopmessage.New(store),
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
