@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/chimehq/chime/host/clock"
-	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/route"
 	"github.com/chimehq/chime/hostapi"
 )
@@ -27,9 +24,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	now := s.now()
 	ctx = clock.WithLocation(ctx, s.location(req.Timezone))
 	ans := hostapi.PrepareResponse{NowMs: now.UnixMilli(), NTP: s.ntpInfo()}
-	if !s.cfg.DisableClock {
-		ans.Tools = []string{hostapi.ClockToolName}
-	}
+	ans.Tools = s.tools.enabled()
 	sid := req.SessionID
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
@@ -142,65 +137,4 @@ func directiveLabel(kind string) string {
 		return kind
 	}
 	return "unknown"
-}
-
-// Commit records delivery of requestID's reserved reminders (the response
-// started to reach the client, SPEC §6). An unknown id commits nothing.
-func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
-	n, err := s.engine.Commit(ctx, requestID)
-	if err == nil && n > 0 {
-		s.metrics.Reservations.WithLabelValues(metrics.Committed).Inc()
-		s.log.Info("reminders committed", "request", requestID, "count", n)
-	}
-	return n, err
-}
-
-// Rollback releases requestID's reserved reminders (upstream failure or a
-// reset before the response started, SPEC §6) so a later request gets them.
-func (s *Service) Rollback(ctx context.Context, requestID string) (int, error) {
-	n, err := s.engine.Rollback(ctx, requestID)
-	if err == nil && n > 0 {
-		s.metrics.Reservations.WithLabelValues(metrics.RolledBack).Inc()
-		s.log.Info("reminders rolled back", "request", requestID, "count", n)
-	}
-	return n, err
-}
-
-// toolResult is the ok:false result of a call the host cannot route.
-type toolResult struct {
-	OK    bool   `json:"ok"`
-	Error string `json:"error"`
-}
-
-// Execute runs one server-tool call (ToolExecutor). Only `clock` exists so
-// far; any other name is an ok:false result.
-func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage {
-	var res json.RawMessage
-	label := name
-	switch {
-	case name == hostapi.ClockToolName && !s.cfg.DisableClock:
-		res = s.engine.Execute(ctx, sessionID, requestID, args)
-	case name == hostapi.ClockToolName:
-		res = mustJSON(toolResult{Error: "the clock tool is disabled on this host"})
-	default:
-		label = "unknown"
-		res = mustJSON(toolResult{Error: fmt.Sprintf("unknown tool %q; this host serves: %s", name, hostapi.ClockToolName)})
-	}
-	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
-	return res
-}
-
-func okLabel(res json.RawMessage) string {
-	if gjson.GetBytes(res, "ok").Bool() {
-		return "true"
-	}
-	return "false"
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only plain structs of this package
-	}
-	return b
 }

@@ -50,6 +50,7 @@ type Service struct {
 	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
 	stops    *stopmessage.Messages
+	tools    *serverTools
 	touches  *touch.Batcher
 	metrics  *metrics.Metrics
 	tokenSum [sha256.Size]byte
@@ -105,6 +106,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
 	}
+	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("host: %w", err)

@@ -1,0 +1,34 @@
+package host
+
+import (
+	"context"
+
+	"github.com/chimehq/chime/host/internal/metrics"
+)
+
+// The outcome of a request's reservation (SPEC §1 request path, step 3;
+// SPEC §6 reservation/commit): the filter reports whether the response
+// started to reach the client. Reminders are the only reserved injection
+// so far; the clock engine keeps their reservations.
+
+// Commit records delivery of requestID's reserved reminders (the response
+// started to reach the client, SPEC §6). An unknown id commits nothing.
+func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
+	n, err := s.engine.Commit(ctx, requestID)
+	if err == nil && n > 0 {
+		s.metrics.Reservations.WithLabelValues(metrics.Committed).Inc()
+		s.log.Info("reminders committed", "request", requestID, "count", n)
+	}
+	return n, err
+}
+
+// Rollback releases requestID's reserved reminders (upstream failure or a
+// reset before the response started, SPEC §6) so a later request gets them.
+func (s *Service) Rollback(ctx context.Context, requestID string) (int, error) {
+	n, err := s.engine.Rollback(ctx, requestID)
+	if err == nil && n > 0 {
+		s.metrics.Reservations.WithLabelValues(metrics.RolledBack).Inc()
+		s.log.Info("reminders rolled back", "request", requestID, "count", n)
+	}
+	return n, err
+}
