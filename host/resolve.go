@@ -15,23 +15,35 @@ import (
 const maxResolveBody = 64 << 20
 
 // newResolver wires the response path (SPEC §1, §7, §8) to the service.
+// The order of the steps is SPEC §7's priority: server tools, then
+// stopMessage, then a clock hold.
 func (s *Service) newResolver() (*resolve.Resolver, error) {
+	tools, err := resolve.NewToolStep(s, s.log)
+	if err != nil {
+		return nil, err
+	}
+	hold, err := resolve.NewHoldStep(resolve.HoldConfig{
+		Reminders:      holdReminders{s},
+		Max:            s.cfg.HoldMax,
+		NoNonStreaming: s.cfg.DisableHoldNonStreaming,
+		Count:          func(outcome string) { s.metrics.Holds.WithLabelValues(outcome).Inc() },
+		Logger:         s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return resolve.New(resolve.Config{
-		Token:              s.cfg.Token,
-		Tools:              s,
-		Stop:               s.stops,
-		Reminders:          holdReminders{s},
-		Observer:           observer{s.metrics},
-		Clock:              s.clock,
-		Location:           s.location,
-		HoldMax:            s.cfg.HoldMax,
-		NoHoldNonStreaming: s.cfg.DisableHoldNonStreaming,
-		MaxHops:            s.cfg.MaxHops,
-		MaxDuration:        s.cfg.MaxChainDuration,
-		Client:             s.cfg.FollowupClient,
-		FollowupTimeout:    s.cfg.FollowupTimeout,
-		DefaultReentry:     s.cfg.Reentry,
-		Logger:             s.log,
+		Token:           s.cfg.Token,
+		Steps:           []resolve.Step{tools, s.stops.Step(s.log), hold},
+		Observer:        observer{s.metrics},
+		Clock:           s.clock,
+		Location:        s.location,
+		MaxHops:         s.cfg.MaxHops,
+		MaxDuration:     s.cfg.MaxChainDuration,
+		Client:          s.cfg.FollowupClient,
+		FollowupTimeout: s.cfg.FollowupTimeout,
+		DefaultReentry:  s.cfg.Reentry,
+		Logger:          s.log,
 	})
 }
 
@@ -82,4 +94,3 @@ func (o observer) FollowupFailed(kind, code string) {
 	o.m.FollowupFailures.WithLabelValues(kind, code).Inc()
 }
 func (o observer) Chain(reason string) { o.m.Chains.WithLabelValues(reason).Inc() }
-func (o observer) Hold(outcome string) { o.m.Holds.WithLabelValues(outcome).Inc() }

@@ -13,11 +13,12 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
 )
 
 // chain is one resolve call's state: the conversation so far and the
-// followup turns it produced.
+// followup turns it produced. It is the Chain its steps see.
 type chain struct {
 	r          *Resolver
 	req        *hostapi.ResolveRequest
@@ -34,172 +35,96 @@ type chain struct {
 	failure string
 }
 
-// run loops until the chain ends and returns why (SPEC §7 priorities:
-// server tools, then stopMessage, then a hold).
-func (c *chain) run() string {
-	cfg := &c.r.cfg
-	st := c.req.ServerTools
-	for {
-		if reason := c.stopped(); reason != "" {
-			return reason
-		}
-		if server := c.turn.ServerCalls(st); len(server) > 0 {
-			if len(c.turn.ClientCalls(st)) > 0 {
-				// SPEC §1 mixed calls: the server tools run, the client
-				// gets its calls; there is nothing to follow up with.
-				c.execute(server)
-				return ReasonClientTools
-			}
-			if c.hops >= cfg.MaxHops {
-				return ReasonMaxHops
-			}
-			llm.AssignCallIDs(c.proto, c.body, c.turn)
-			results := c.execute(c.turn.ToolCalls)
-			if reason := c.stopped(); reason != "" {
-				return reason
-			}
-			if reason := c.send(KindTool, c.nextID(KindTool), results, ""); reason != "" {
-				return reason
-			}
-			continue
-		}
-		if len(c.turn.ToolCalls) > 0 {
-			return ReasonDone // client tool calls only: the client's turn
-		}
-		fin := c.turn.Finish.Reason
-		if fin == llm.FinishNone {
-			fin = llm.FinishStop
-		}
-		if (fin != llm.FinishStop && fin != llm.FinishLength) || c.compaction || c.req.SessionID == "" {
-			return ReasonDone
-		}
-		if fin == llm.FinishStop && cfg.Stop.Active(c.req.SessionID) {
-			if c.hops >= cfg.MaxHops {
-				return ReasonMaxHops
-			}
-			// SPEC §7: used+1 is on disk before the followup leaves.
-			text, ok, err := cfg.Stop.Consume(c.req.SessionID, cfg.Clock.Now())
-			if err != nil {
-				c.r.log.Warn("stopMessage: persisting use failed; no followup", "request", c.req.RequestID, "err", err)
-				return ReasonError
-			}
-			if ok {
-				if reason := c.send(KindStop, c.nextID(KindStop), nil, text); reason != "" {
-					return reason
-				}
-				continue
-			}
-		}
-		if !c.req.Streaming && cfg.NoHoldNonStreaming {
-			return ReasonDone
-		}
-		reason, held := c.hold()
-		if !held {
-			return reason
-		}
-		if reason != "" {
-			return reason
-		}
-	}
-}
+var _ Chain = (*chain)(nil)
 
-// hold waits for the session's next task when it comes due within HoldMax
-// and follows up with its reminder (SPEC §8). held is false when no hold
-// applies; reason is set when the chain must end.
-func (c *chain) hold() (reason string, held bool) {
-	cfg := &c.r.cfg
-	id := c.nextID(KindHold)
-	due, ok := cfg.Reminders.NextDue(c.ctx, c.req.SessionID, id)
-	if !ok {
-		return ReasonDone, false
-	}
-	wait := due.Sub(cfg.Clock.Now())
-	if wait > cfg.HoldMax {
-		return ReasonDone, false
-	}
-	if c.hops >= cfg.MaxHops {
-		return ReasonMaxHops, true
-	}
-	if wait > 0 {
-		c.r.log.Debug("holding for a due task", "request", c.req.RequestID, "wait", wait)
-		t := cfg.Clock.NewTimer(wait) // monotonic: an NTP step does not move it
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
-			cfg.Observer.Hold(HoldCancelled)
-			return c.stopped(), true
-		case <-t.Chan():
-		}
-	}
-	text, err := cfg.Reminders.Reserve(c.ctx, c.req.SessionID, id, cfg.Clock.Now())
-	if err != nil {
-		c.r.log.Warn("hold: reserving reminders failed", "request", c.req.RequestID, "err", err)
-	}
-	if text == "" {
-		cfg.Observer.Hold(HoldEmpty)
-		return ReasonDone, true
-	}
-	reason = c.send(KindHold, id, nil, text)
-	return reason, true
-}
+func (c *chain) Turn() *llm.Turn         { return c.turn }
+func (c *chain) SessionID() string       { return c.req.SessionID }
+func (c *chain) RequestID() string       { return c.req.RequestID }
+func (c *chain) ServerTools() []string   { return c.req.ServerTools }
+func (c *chain) Streaming() bool         { return c.req.Streaming }
+func (c *chain) Compaction() bool        { return c.compaction }
+func (c *chain) Clock() timesource.Clock { return c.r.cfg.Clock }
+func (c *chain) AssignCallIDs()          { llm.AssignCallIDs(c.proto, c.body, c.turn) }
 
-// nextID is the followup request id: `<parent>:<kind><hop>`, so that
+// NextID is the followup request id: `<parent>:<kind><hop>`, so that
 // notBeforeRequestId prefix matching covers every followup of the chain.
-func (c *chain) nextID(kind string) string {
+func (c *chain) NextID(kind string) string {
 	return c.req.RequestID + ":" + kind + strconv.Itoa(c.hops+1)
 }
 
-// stopped returns the guard that ended the chain's context, or "".
-func (c *chain) stopped() string {
-	if c.ctx.Err() == nil {
-		return ""
+// Guard is the hop guard: at most MaxHops followups per chain (SPEC §7).
+func (c *chain) Guard() string {
+	if c.hops >= c.r.cfg.MaxHops {
+		return ReasonMaxHops
 	}
-	if errors.Is(context.Cause(c.ctx), errMaxDuration) {
-		return ReasonMaxDuration
-	}
-	return ReasonCancelled
+	return ""
 }
 
-// execute runs calls through the host's tools, for the session of the
-// request and under the chain's root request id (so a task scheduled
-// inside the due window is blocked for the whole chain, SPEC §6).
-func (c *chain) execute(calls []llm.ToolCall) []llm.ToolResult {
-	out := make([]llm.ToolResult, 0, len(calls))
-	for _, call := range calls {
-		c.r.log.Debug("executing server tool", "request", c.req.RequestID, "tool", call.Name, "arguments", call.Arguments)
-		res := c.r.cfg.Tools.Execute(c.ctx, c.req.SessionID, c.req.RequestID, call.Name, []byte(call.Arguments))
-		out = append(out, llm.ToolResult{CallID: call.ID, Name: call.Name, Output: string(res)})
+// run loops until the chain ends and returns why. After each turn the
+// steps decide in their order (SPEC §7 priorities); the first one that
+// continues the turn gets its followup sent. The cancel, duration and
+// repetition guards are checked here, the hop guard by the steps through
+// Guard before they act.
+func (c *chain) run() string {
+	for {
+		if reason := Stopped(c.ctx); reason != "" {
+			return reason
+		}
+		step, f, reason := c.next()
+		if reason != "" {
+			return reason
+		}
+		if step == nil {
+			return ReasonDone
+		}
+		if reason := c.send(step.Kind(), f); reason != "" {
+			return reason
+		}
 	}
-	return out
+}
+
+// next asks the steps in order. It returns the step that continues the
+// turn and its followup, or the reason the chain ends, or neither when no
+// step applies.
+func (c *chain) next() (Step, Followup, string) {
+	for _, s := range c.r.cfg.Steps {
+		f, ok, reason := s.Next(c.ctx, c)
+		switch {
+		case reason != "":
+			return nil, Followup{}, reason
+		case ok:
+			return s, f, ""
+		}
+	}
+	return nil, Followup{}, ""
 }
 
 // send builds and posts one followup and advances the chain with its
-// answer. It returns the reason the chain ends, or "" to go on.
-func (c *chain) send(kind, id string, results []llm.ToolResult, userText string) string {
+// answer. It returns the reason the chain ends, or "" to go on. f settles
+// exactly once.
+func (c *chain) send(kind string, f Followup) string {
 	cfg := &c.r.cfg
-	body, err := llm.BuildFollowup(c.proto, c.body, c.turn, results, userText)
+	id := f.ID
+	if id == "" {
+		id = c.NextID(kind)
+	}
+	body, err := llm.BuildFollowup(c.proto, c.body, c.turn, f.Results, f.UserText)
 	if err != nil {
 		c.r.log.Warn("followup cannot be built", "request", c.req.RequestID, "kind", kind, "err", err)
-		if kind == KindHold {
-			c.finishHold(id, false)
-		}
+		f.settle(Unsent)
 		c.fail(kind, FailureUnsent, "the followup could not be built")
 		return ReasonError
 	}
 	c.hops++
 	cfg.Observer.Followup(kind)
 	turn, status, err := c.post(id, body)
-	if kind == KindHold {
-		delivered := status >= 200 && status < 300
-		if !delivered && c.ctx.Err() != nil {
-			cfg.Observer.Hold(HoldCancelled)
-			c.finishHold(id, false)
-		} else {
-			c.finishHold(id, delivered)
-		}
+	if status >= 200 && status < 300 {
+		f.settle(Delivered)
+	} else {
+		f.settle(Failed)
 	}
 	if err != nil {
-		if reason := c.stopped(); reason != "" {
+		if reason := Stopped(c.ctx); reason != "" {
 			return reason
 		}
 		// The provider's status and short reason only: never the body
@@ -216,7 +141,7 @@ func (c *chain) send(kind, id string, results []llm.ToolResult, userText string)
 		}
 		return ReasonUpstreamError
 	}
-	key := pairKey(c.turn, results, userText, turn)
+	key := pairKey(c.turn, f.Results, f.UserText, turn)
 	c.body, c.turn = body, turn
 	c.turns = append(c.turns, turn)
 	c.seen[key]++
@@ -224,26 +149,6 @@ func (c *chain) send(kind, id string, results []llm.ToolResult, userText string)
 		return ReasonRepeated
 	}
 	return ""
-}
-
-// finishHold commits or rolls back a hold's reservation, whatever the
-// chain's context says.
-func (c *chain) finishHold(id string, delivered bool) {
-	cfg := &c.r.cfg
-	ctx := context.WithoutCancel(c.ctx)
-	var err error
-	if delivered {
-		_, err = cfg.Reminders.Commit(ctx, id)
-		cfg.Observer.Hold(HoldCommitted)
-	} else {
-		_, err = cfg.Reminders.Rollback(ctx, id)
-		if c.ctx.Err() == nil {
-			cfg.Observer.Hold(HoldRolledBack)
-		}
-	}
-	if err != nil {
-		c.r.log.Warn("hold: finishing the reservation failed", "request", id, "commit", delivered, "err", err)
-	}
 }
 
 // fail records a failed followup: counted, and noted for the client.

@@ -1,20 +1,24 @@
 // Package resolve is the host side of the response path (SPEC §1, §7, §8):
-// given a finished upstream turn, it executes server-tool calls, applies
-// stopMessage and clock holds, and sends the followups back through the
-// proxy listener until the chain ends or a loop guard stops it. It also
-// cancels chains whose client went away.
+// given a finished upstream turn, it runs the followup chain — asks its
+// steps in priority order how the turn continues, sends each followup back
+// through the proxy listener, and loops until the chain ends or a loop
+// guard stops it. It also cancels chains whose client went away.
+//
+// Each way a turn can continue is a Step: server tools (step_tools.go) and
+// clock holds (step_hold.go) are here, stopMessage's step is in
+// host/stopmessage. The loop and its guards are in chain.go.
 package resolve
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,27 +54,11 @@ const (
 	FailureUnsent   = "unsent" // the followup could not be built
 )
 
-// Followup kinds: the followups_total label and the request id suffix.
-const (
-	KindTool = "tool"
-	KindStop = "stop"
-	KindHold = "hold"
-)
-
-// Hold outcomes (holds_total label).
-const (
-	HoldCommitted  = "committed"   // the followup got 2xx: reminders delivered
-	HoldRolledBack = "rolled_back" // the followup failed: reminders released
-	HoldCancelled  = "cancelled"   // the chain was cancelled while holding or sending
-	HoldEmpty      = "empty"       // nothing left to reserve once due
-)
-
-// Defaults of SPEC §7 and §8.
+// Defaults of SPEC §7.
 const (
 	DefaultMaxHops          = 8
 	DefaultMaxDuration      = 15 * time.Minute
 	DefaultRepeatLimit      = 3
-	DefaultHoldMax          = 60 * time.Second
 	DefaultCancelMemory     = 5 * time.Minute
 	DefaultFollowupTimeout  = 10 * time.Minute
 	DefaultMaxResponseBytes = 32 << 20
@@ -84,59 +72,30 @@ var (
 	errMaxDuration = errors.New("chain exceeded its maximum duration")
 )
 
-// Tools runs one server-tool call for a session (host.ToolExecutor).
-type Tools interface {
-	Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage
-}
-
-// StopMessages is the session's stopMessage state (SPEC §7).
-type StopMessages interface {
-	// Active reports whether the state exists with used < maxRepeats.
-	Active(sessionID string) bool
-	// Consume persists used+1 and lastUsedAt when the state is active and
-	// returns its text; ok is false when it is not.
-	Consume(sessionID string, now time.Time) (text string, ok bool, err error)
-}
-
-// Reminders is the clock engine as holds use it (SPEC §6, §8).
-type Reminders interface {
-	// NextDue is when the session's next task becomes injectable into requestID.
-	NextDue(ctx context.Context, sessionID, requestID string) (time.Time, bool)
-	// Reserve reserves the due reminders for requestID and renders them ("" when none).
-	Reserve(ctx context.Context, sessionID, requestID string, now time.Time) (string, error)
-	Commit(ctx context.Context, requestID string) (int, error)
-	Rollback(ctx context.Context, requestID string) (int, error)
-}
-
-// Observer counts what chains do; nil methods are fine to skip.
+// Observer counts what chains do.
 type Observer interface {
 	Followup(kind string)
 	// FollowupFailed counts a followup that failed: code is its HTTP status,
 	// FailureNoAnswer or FailureUnsent (SPEC §14).
 	FollowupFailed(kind, code string)
 	Chain(reason string)
-	Hold(outcome string)
 }
 
-// Config wires a Resolver. Token, Tools, Stop and Reminders are required.
+// Config wires a Resolver. Token and Steps are required.
 type Config struct {
-	Token     string // signs hostapi.HeaderFollowup
-	Tools     Tools
-	Stop      StopMessages
-	Reminders Reminders
-	Observer  Observer
+	Token string // signs hostapi.HeaderFollowup
+	// Steps are the ways a turn can continue, in SPEC §7's priority
+	// order: server tools, then stopMessage, then a hold.
+	Steps    []Step
+	Observer Observer
 	// Clock is host time with the NTP offset (ntp.Tracker.Clock); holds and
 	// the MaxDuration guard wait on it. Default the real clock.
 	Clock timesource.Clock
 	// Location resolves the request's IANA zone for tool calls; nil = none.
-	Location func(name string) *time.Location
-	// HoldMax is holdMaxMs (SPEC §8).
-	HoldMax time.Duration
-	// NoHoldNonStreaming is holdNonStreaming=false: no holds for JSON clients.
-	NoHoldNonStreaming bool
-	MaxHops            int
-	MaxDuration        time.Duration
-	RepeatLimit        int
+	Location    func(name string) *time.Location
+	MaxHops     int
+	MaxDuration time.Duration
+	RepeatLimit int
 	// DefaultReentry is the proxy listener (host:port) for requests that
 	// name none (the filter could not read its listener address).
 	DefaultReentry string
@@ -166,8 +125,8 @@ type handle struct{ cancel context.CancelCauseFunc }
 
 // New checks cfg and fills its defaults.
 func New(cfg Config) (*Resolver, error) {
-	if cfg.Token == "" || cfg.Tools == nil || cfg.Stop == nil || cfg.Reminders == nil {
-		return nil, errors.New("resolve: Config needs Token, Tools, Stop and Reminders")
+	if cfg.Token == "" || len(cfg.Steps) == 0 || slices.Contains(cfg.Steps, nil) {
+		return nil, errors.New("resolve: Config needs a Token and Steps")
 	}
 	cfg.Clock = timesource.OrReal(cfg.Clock)
 	if cfg.Location == nil {
@@ -176,7 +135,6 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	setDefault(&cfg.HoldMax, DefaultHoldMax)
 	setDefault(&cfg.MaxDuration, DefaultMaxDuration)
 	setDefault(&cfg.CancelMemory, DefaultCancelMemory)
 	setDefault(&cfg.FollowupTimeout, DefaultFollowupTimeout)
@@ -225,7 +183,6 @@ type nopObserver struct{}
 func (nopObserver) Followup(string)               {}
 func (nopObserver) FollowupFailed(string, string) {}
 func (nopObserver) Chain(string)                  {}
-func (nopObserver) Hold(string)                   {}
 
 // ParseProtocol maps llm.Protocol.String() back to the protocol.
 func ParseProtocol(s string) llm.Protocol {

@@ -27,29 +27,36 @@ func (f *fakeTools) Execute(context.Context, string, string, string, json.RawMes
 	return json.RawMessage(`{"ok":true}`)
 }
 
-type noStop struct{}
-
-func (noStop) Active(string) bool                              { return false }
-func (noStop) Consume(string, time.Time) (string, bool, error) { return "", false, nil }
-
-type noReminders struct{}
-
-func (noReminders) NextDue(context.Context, string, string) (time.Time, bool) {
-	return time.Time{}, false
+// toolSteps is a chain of the server-tool step alone over tools.
+func toolSteps(t testing.TB, tools Tools) []Step {
+	t.Helper()
+	s, err := NewToolStep(tools, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []Step{s}
 }
-func (noReminders) Reserve(context.Context, string, string, time.Time) (string, error) {
-	return "", nil
-}
-func (noReminders) Commit(context.Context, string) (int, error)   { return 0, nil }
-func (noReminders) Rollback(context.Context, string) (int, error) { return 0, nil }
 
 func TestNewNeedsDependencies(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}}); err == nil {
-		t.Fatal("New without Reminders succeeded")
+	steps := toolSteps(t, &fakeTools{})
+	if _, err := New(Config{Token: "t"}); err == nil {
+		t.Fatal("New without steps succeeded")
 	}
-	if _, err := New(Config{Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}}); err == nil {
+	if _, err := New(Config{Token: "t", Steps: append(steps, nil)}); err == nil {
+		t.Fatal("New with a nil step succeeded")
+	}
+	if _, err := New(Config{Steps: steps}); err == nil {
 		t.Fatal("New without a token succeeded")
+	}
+	if _, err := New(Config{Token: "t", Steps: steps}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewToolStep(nil, nil); err == nil {
+		t.Fatal("NewToolStep without Tools succeeded")
+	}
+	if _, err := NewHoldStep(HoldConfig{}); err == nil {
+		t.Fatal("NewHoldStep without Reminders succeeded")
 	}
 }
 
@@ -62,7 +69,7 @@ func TestCancelMemoryExpires(t *testing.T) {
 	defer srv.Close()
 	tools := &fakeTools{}
 	clk := clockwork.NewFakeClock()
-	r, err := New(Config{Token: "t", Tools: tools, Stop: noStop{}, Reminders: noReminders{}, Clock: clk, CancelMemory: 50 * time.Millisecond})
+	r, err := New(Config{Token: "t", Steps: toolSteps(t, tools), Clock: clk, CancelMemory: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +97,7 @@ func TestCancelMemoryExpires(t *testing.T) {
 
 func TestCancelMemoryBounded(t *testing.T) {
 	t.Parallel()
-	r, _ := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, CancelMemory: time.Hour})
+	r, _ := New(Config{Token: "t", Steps: toolSteps(t, &fakeTools{}), CancelMemory: time.Hour})
 	for i := range maxRemembered + 5000 {
 		r.Cancel(string(rune('a'+i%26)) + time.Duration(i).String())
 	}
@@ -174,7 +181,7 @@ func TestRejectedFollowupLoggedAndCounted(t *testing.T) {
 	defer srv.Close()
 	var logs bytes.Buffer
 	obs := &countingObserver{}
-	r, err := New(Config{Token: "t", Tools: &fakeTools{}, Stop: noStop{}, Reminders: noReminders{}, Observer: obs,
+	r, err := New(Config{Token: "t", Steps: toolSteps(t, &fakeTools{}), Observer: obs,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)

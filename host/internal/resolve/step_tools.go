@@ -1,0 +1,75 @@
+package resolve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"github.com/chimehq/chime/llm"
+)
+
+// KindTool is the followup kind of server-tool results.
+const KindTool = "tool"
+
+// Tools runs one server-tool call for a session (host.ToolExecutor).
+type Tools interface {
+	Execute(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage
+}
+
+// toolStep runs the turn's server-tool calls and follows up with their
+// results (SPEC §1 response path), first in SPEC §7's priority.
+type toolStep struct {
+	tools Tools
+	log   *slog.Logger
+}
+
+// NewToolStep is the server-tool step over tools; logger nil means
+// slog.Default().
+func NewToolStep(tools Tools, logger *slog.Logger) (Step, error) {
+	if tools == nil {
+		return nil, errors.New("resolve: the tool step needs Tools")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &toolStep{tools: tools, log: logger}, nil
+}
+
+func (*toolStep) Kind() string { return KindTool }
+
+// Next runs the server calls of a turn that has some. A turn that also
+// calls client tools ends the chain once the server calls ran (SPEC §1
+// mixed calls): the client answers its own calls, and nothing follows up.
+func (s *toolStep) Next(ctx context.Context, c Chain) (Followup, bool, string) {
+	turn, st := c.Turn(), c.ServerTools()
+	server := turn.ServerCalls(st)
+	if len(server) == 0 {
+		return Followup{}, false, ""
+	}
+	if len(turn.ClientCalls(st)) > 0 {
+		s.execute(ctx, c, server)
+		return Followup{}, false, ReasonClientTools
+	}
+	if reason := c.Guard(); reason != "" {
+		return Followup{}, false, reason // the calls are not executed
+	}
+	c.AssignCallIDs()
+	results := s.execute(ctx, c, turn.ToolCalls)
+	if reason := Stopped(ctx); reason != "" {
+		return Followup{}, false, reason
+	}
+	return Followup{Results: results}, true, ""
+}
+
+// execute runs calls for the request's session under the chain's root
+// request id.
+func (s *toolStep) execute(ctx context.Context, c Chain, calls []llm.ToolCall) []llm.ToolResult {
+	out := make([]llm.ToolResult, 0, len(calls))
+	for _, call := range calls {
+		s.log.Debug("executing server tool", "request", c.RequestID(), "tool", call.Name, "arguments", call.Arguments)
+		res := s.tools.Execute(ctx, c.SessionID(), c.RequestID(), call.Name, []byte(call.Arguments))
+		out = append(out, llm.ToolResult{CallID: call.ID, Name: call.Name, Output: string(res)})
+	}
+	return out
+}
