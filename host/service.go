@@ -5,6 +5,14 @@
 // runs the response path's followup chains (server tools, stopMessage,
 // holds), and serves /healthz, /metrics and a read-only dashboard API.
 // docs/host-api.md describes the HTTP API.
+//
+// Each feature lives in a package of its name: host/clock (the clock tool
+// and reminders, SPEC §6), host/stopmessage (SPEC §7), host/route (the
+// route pin, SPEC §4), host/internal/resolve (the followup chain and its
+// steps, SPEC §1, §7, §8). This package wires them: prepare.go is the
+// request path and hands each directive to its feature, tools.go
+// dispatches server-tool calls, outcome.go commits or rolls back
+// reservations, resolve.go orders the chain's steps.
 package host
 
 import (
