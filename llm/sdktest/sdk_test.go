@@ -1,13 +1,16 @@
-package llm
+package sdktest
 
 import (
 	"context"
 	"flag"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -17,9 +20,14 @@ import (
 	ooption "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/chimehq/chime/llm"
 )
 
 var updateFixtures = flag.Bool("update-request-fixtures", false, "rewrite llm/testdata/requests from the SDK captures")
+
+// fixtureDir is package llm's, whose tests run the request edits on it.
+var fixtureDir = filepath.Join("..", "testdata", "requests")
 
 // wire is what an SDK put on the wire for one call.
 type wire struct {
@@ -66,9 +74,11 @@ var execSchema = map[string]any{
 
 type sdkFixture struct {
 	name  string
-	proto Protocol
-	send  func(ctx context.Context, baseURL string)
-	want  editWant
+	proto llm.Protocol
+	// header is the session headers (llm.SessionHeaders) the call sends;
+	// package llm's sdkBodies gives the same to SessionID.
+	header map[string]string
+	send   func(ctx context.Context, baseURL string)
 }
 
 func openaiClient(baseURL string, opts ...ooption.RequestOption) openai.Client {
@@ -83,8 +93,7 @@ func anthropicClient(baseURL string, opts ...aoption.RequestOption) anthropic.Cl
 
 var sdkFixtures = []sdkFixture{
 	{
-		name: "chat_parts_tools_stream", proto: Chat,
-		want: editWant{kinds: []DirectiveKind{DirectiveClock, DirectiveRoute}, removed: 3, session: "hdr-session-1", stream: true},
+		name: "chat_parts_tools_stream", proto: llm.Chat, header: map[string]string{"session_id": "hdr-session-1"},
 		send: func(ctx context.Context, base string) {
 			c := openaiClient(base, ooption.WithHeader("session_id", "hdr-session-1"))
 			s := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
@@ -115,8 +124,7 @@ var sdkFixtures = []sdkFixture{
 		},
 	},
 	{
-		name: "chat_plain_json", proto: Chat,
-		want: editWant{kinds: []DirectiveKind{DirectiveStopMessageClear}, removed: 1, session: "pck-plain"},
+		name: "chat_plain_json", proto: llm.Chat,
 		send: func(ctx context.Context, base string) {
 			c := openaiClient(base)
 			c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
@@ -127,8 +135,7 @@ var sdkFixtures = []sdkFixture{
 		},
 	},
 	{
-		name: "responses_string_input", proto: Responses,
-		want: editWant{kinds: []DirectiveKind{DirectiveStopMessage}, removed: 1, session: "pck-resp", stream: true},
+		name: "responses_string_input", proto: llm.Responses,
 		send: func(ctx context.Context, base string) {
 			c := openaiClient(base)
 			s := c.Responses.NewStreaming(ctx, responses.ResponseNewParams{
@@ -142,8 +149,7 @@ var sdkFixtures = []sdkFixture{
 		},
 	},
 	{
-		name: "responses_items_tools", proto: Responses,
-		want: editWant{kinds: []DirectiveKind{DirectiveRoute, DirectiveClockClear}, removed: 3, session: "conv-7"},
+		name: "responses_items_tools", proto: llm.Responses, header: map[string]string{"conversation_id": "conv-7"},
 		send: func(ctx context.Context, base string) {
 			c := openaiClient(base, ooption.WithHeader("conversation_id", "conv-7"))
 			img := responses.ResponseInputContentParamOfInputImage(responses.ResponseInputImageDetailAuto)
@@ -168,8 +174,7 @@ var sdkFixtures = []sdkFixture{
 		},
 	},
 	{
-		name: "messages_blocks_tool_result_stream", proto: Messages,
-		want: editWant{kinds: []DirectiveKind{DirectiveRoute}, removed: 2, session: "0f9d5c1e-claude", stream: true},
+		name: "messages_blocks_tool_result_stream", proto: llm.Messages,
 		send: func(ctx context.Context, base string) {
 			c := anthropicClient(base)
 			s := c.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
@@ -203,9 +208,7 @@ var sdkFixtures = []sdkFixture{
 	{
 		// Claude Code sends string content; the SDK types only build blocks,
 		// so WithJSONSet rewrites them as it would.
-		// The stopMessage is in an older turn: stripped, not read (SPEC §4).
-		name: "messages_string_content", proto: Messages,
-		want: editWant{kinds: nil, removed: 1, session: "1234-abcd"},
+		name: "messages_string_content", proto: llm.Messages,
 		send: func(ctx context.Context, base string) {
 			c := anthropicClient(base,
 				aoption.WithJSONSet("messages.0.content", `<**stopMessage:"continue",3**>`),
@@ -224,19 +227,54 @@ var sdkFixtures = []sdkFixture{
 	},
 }
 
-func TestRequestEditsOnSDKBodies(t *testing.T) {
+// TestSDKRequestFixtures checks that what each SDK call puts on the wire
+// is the fixture package llm's TestRequestEditsOnSDKBodies edits: the
+// protocol its path selects, its session headers and its body, byte for
+// byte.
+func TestSDKRequestFixtures(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(fixtureDir, "*.json"))
+	var names, want []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".json"))
+	}
+	for _, fx := range sdkFixtures {
+		want = append(want, fx.name)
+	}
+	slices.Sort(want)
+	if !*updateFixtures && !slices.Equal(names, want) {
+		t.Errorf("%s holds %v, the SDK calls make %v", fixtureDir, names, want)
+	}
 	srv, last := captureServer(t)
 	for _, fx := range sdkFixtures {
 		t.Run(fx.name, func(t *testing.T) {
 			fx.send(context.Background(), srv.URL)
 			w := last()
-			if DetectProtocol(w.path) != fx.proto {
+			if llm.DetectProtocol(w.path) != fx.proto {
 				t.Fatalf("SDK posted to %s", w.path)
 			}
-			if *updateFixtures {
-				must(t, os.WriteFile(filepath.Join("testdata", "requests", fx.name+".json"), w.body, 0o644))
+			sent := map[string]string{}
+			for _, h := range llm.SessionHeaders() {
+				if v := w.header.Get(h); v != "" {
+					sent[h] = v
+				}
 			}
-			checkEdits(t, fx.proto, w.body, w.header, fx.want)
+			if !maps.Equal(sent, fx.header) {
+				t.Errorf("session headers sent %v, want %v", sent, fx.header)
+			}
+			path := filepath.Join(fixtureDir, fx.name+".json")
+			if *updateFixtures {
+				if err := os.WriteFile(path, w.body, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(w.body) {
+				t.Errorf("the SDK no longer sends %s (rerun with -update-request-fixtures and review the diff):\nsent %s\nfile %s", path, w.body, got)
+			}
 		})
 	}
 }
