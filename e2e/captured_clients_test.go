@@ -17,9 +17,9 @@ import (
 
 // TestCapturedRequestsAsSent: the requests real clients sent (testdata/
 // clients) go through `chime up` exactly as captured, headers and body, to
-// the strict mock provider (SPEC §12), which accepts them as the real API
+// the strict mock provider (docs/mock-provider.md), which accepts them as the real API
 // did. Claude Code's trailing role:"system" message stays where it is and
-// the time tag joins the final user message before it (SPEC §2 injected
+// the time tag joins the final user message before it (docs/protocols.md injected
 // user text); Codex gets a new user input item. The captures ask for SSE;
 // the same bodies with only "stream" set to false check the JSON path.
 func TestCapturedRequestsAsSent(t *testing.T) {

@@ -185,7 +185,7 @@ func (d *demo) proxyAndMock(t testing.TB) {
 
 // guardRejections fails t at its end if the mock provider refused more or
 // fewer requests than the test declared with expectRejections. The strict
-// mock answers 400 where the real API would (SPEC §12), and chime turns some
+// mock answers 400 where the real API would (docs/mock-provider.md), and chime turns some
 // refusals into a visible note with a 200 to the client, so a test that
 // only looks at the client's answer would not notice that the provider
 // refused what chime sent. A scripted error status counts as a refusal too.

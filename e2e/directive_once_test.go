@@ -16,7 +16,7 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// A directive typed once takes effect once (SPEC §4, §14 "a directive
+// A directive typed once takes effect once (docs/directives.md, docs/failures.md "a directive
 // resent in history"): clients resend the user's text on every request of
 // a conversation, tool round trips included. These tests play whole
 // conversations through `chime up` in JSON, each request built the way a

@@ -17,7 +17,7 @@ import (
 	"github.com/chimehq/chime/llm"
 )
 
-// SPEC §1 "provider content is replayed verbatim" and SPEC §14 "a followup
+// docs/architecture.md "provider content is replayed verbatim" and docs/failures.md "a followup
 // the provider rejects", through `chime up` with the mock provider as the
 // model. The requests are the ones real clients send (testdata/clients):
 // Claude Code enables thinking (thinking:{type:"adaptive"}); Codex sends
@@ -64,7 +64,7 @@ func (c capturedClient) send(t testing.TB, d *demo, m mode, session, prompt stri
 	switch llm.DetectProtocol(c.path) {
 	case llm.Messages:
 		hdr["x-claude-code-session-id"] = session
-		// The newest user text is the one chime reads (SPEC §4).
+		// The newest user text is the one chime reads (docs/directives.md).
 		body, err = sjson.Set(body, "messages.0.content.1.text", prompt)
 		require.NoError(t, err)
 	case llm.Responses:

@@ -55,7 +55,7 @@ func TestJSONThroughFilter(t *testing.T) {
 }
 
 // TestUnknownPathPassesThrough: paths that are not an LLM protocol are not
-// touched and cause no host call (SPEC §14: unknown path → passthrough).
+// touched and cause no host call (docs/failures.md: unknown path → passthrough).
 func TestUnknownPathPassesThrough(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		upstream := newRecorder(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "pong") })
@@ -147,7 +147,7 @@ func TestSSEStreamsLive(t *testing.T) {
 }
 
 // TestOversizedBodyGets413: a request body beyond the listener's buffer
-// limit, buffered by the filter, is answered 413 as Envoy does (SPEC §14),
+// limit, buffered by the filter, is answered 413 as Envoy does (docs/failures.md),
 // and nothing reaches the upstream.
 func TestOversizedBodyGets413(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {

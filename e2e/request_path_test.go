@@ -17,7 +17,7 @@ import (
 )
 
 // protoCase builds a request for one protocol with the session carried the
-// way real clients of that protocol carry it (SPEC §3).
+// way real clients of that protocol carry it (docs/protocols.md#session-identity).
 type protoCase struct {
 	name, path string
 	header     func(session string) map[string]string
@@ -99,7 +99,7 @@ func userTexts(t testing.TB, path, body string) []string {
 var timeTagRE = regexp.MustCompile("\\[Time/Date\\]: utc=`(\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z)` " +
 	"local=`(\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\.\\d{3} [+-]\\d\\d:\\d\\d)` tz=`([^`]+)` nowMs=`(\\d+)` ntpOffsetMs=`(-?\\d+)`")
 
-// checkTimeTag asserts exactly one SPEC §5 time tag, consistent in itself
+// checkTimeTag asserts exactly one docs/time.md#time-tag, consistent in itself
 // and with the wall clock, rendered in zone tz.
 func checkTimeTag(t testing.TB, texts []string, tz string) {
 	t.Helper()
@@ -206,7 +206,7 @@ func getJSON(t testing.TB, url string) string {
 // provider fails (re-injected next time), and never injected again once a
 // response succeeded. A repeating task re-arms to its next occurrence. The
 // model answers with a client tool call, which is never held or continued
-// (SPEC §8), so each client request is exactly one provider request.
+// (docs/continuation.md#holds), so each client request is exactly one provider request.
 func TestReminderReservation(t *testing.T) {
 	d := newDemo(t)
 	d.up(t)
@@ -298,7 +298,7 @@ func TestFailOpenWithHostKilled(t *testing.T) {
 }
 
 // TestScheduleSurvivesSIGKILL: a task whose schedule returned ok is on disk
-// even if the host dies the next instant (write-through, SPEC §6).
+// even if the host dies the next instant (write-through, docs/clock-tool.md).
 func TestScheduleSurvivesSIGKILL(t *testing.T) {
 	d := newDemo(t)
 	host := d.host(t)

@@ -61,7 +61,7 @@ func parseClient(t testing.TB, pc protoCase, m mode, out []byte) *llm.Turn {
 	require.NoError(t, err)
 	rest, err := r.Close()
 	require.NoError(t, err, "client SSE must be complete: %s", out)
-	// One answer, as agent CLIs read it (SPEC §1), by an independent parser.
+	// One answer, as agent CLIs read it (docs/architecture.md), by an independent parser.
 	_, err = ssecheck.Check(p.String(), out)
 	require.NoError(t, err, "client SSE: %s", out)
 	var b llm.TurnBuilder

@@ -16,7 +16,7 @@ import (
 // The official SDKs' streaming clients against `chime up`: for a stopMessage
 // continuation, a hidden clock call and a hold, each spliced stream
 // accumulates without error into one assistant message whose single text
-// block or message output item holds the whole reply (SPEC §1 response
+// block or message output item holds the whole reply (docs/architecture.md response
 // path, SSE), never a server-tool call.
 func TestSDKClientsAccumulateSplicedStreams(t *testing.T) {
 	d := newDemo(t)

@@ -1,6 +1,6 @@
 package envoy_test
 
-// HTTP-level proxy-wasm conformance (SPEC §13, §14): the wasmhost
+// HTTP-level proxy-wasm conformance (docs/local-runtime.md, docs/failures.md): the wasmhost
 // conformance guest runs inside envoy.Start, and every assertion is made
 // at the HTTP client, at the upstream, on the admin endpoint or in the log
 // the runtime writes.
@@ -20,7 +20,7 @@ func oneFilter(listener, plugin, mode string, failOpen bool) listenerSpec {
 	return listenerSpec{name: listener, filters: []filterSpec{{name: plugin, mode: mode, failOpen: failOpen}}}
 }
 
-// SPEC §14: a guest trap fails that stream per policy, the VM is replaced,
+// docs/failures.md: a guest trap fails that stream per policy, the VM is replaced,
 // other streams are unaffected.
 func TestHTTPGuestTrap(t *testing.T) {
 	t.Run("fail closed", func(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package envoy is chime's Envoy-compatible local runtime (SPEC §13): it
+// Package envoy is chime's Envoy-compatible local runtime (docs/local-runtime.md): it
 // loads the same envoy.yaml Envoy runs, builds the wasm HTTP filters on
 // wazero, and serves the listeners and the admin endpoint.
 //
@@ -26,7 +26,7 @@ import (
 	"github.com/chimehq/chime/envoy/internal/wasmhost"
 )
 
-// WASI profiles (SPEC §13).
+// WASI profiles (docs/local-runtime.md).
 const (
 	// ProfileEnvoy138 matches released Envoy 1.33–1.38: poll_oneoff answers
 	// ENOSYS. It is the default.
@@ -53,7 +53,7 @@ type Options struct {
 	// Logger receives runtime and plugin logs. Default: slog.Default().
 	Logger *slog.Logger
 	// UpstreamOverride, when set, points cluster "llm" at a provider base
-	// URL such as https://api.openai.com or http://127.0.0.1:9000 (SPEC §12
+	// URL such as https://api.openai.com or http://127.0.0.1:9000 (docs/configuration.md
 	// `chime up --upstream`, CHIME_UPSTREAM): its endpoint becomes the
 	// URL's host:port, https turns on TLS with SNI = host verified against
 	// the system roots, and routes to "llm" send :authority = host. The
@@ -62,7 +62,7 @@ type Options struct {
 	UpstreamOverride string
 }
 
-// UpstreamCluster is the provider cluster UpstreamOverride replaces (SPEC §12).
+// UpstreamCluster is the provider cluster UpstreamOverride replaces (docs/configuration.md).
 const UpstreamCluster = "llm"
 
 // overrideRootCAs replaces the system roots for UpstreamOverride; tests

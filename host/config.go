@@ -12,7 +12,7 @@ import (
 	"github.com/chimehq/chime/ntp"
 )
 
-// Defaults of SPEC §12 and §8.
+// Defaults of docs/configuration.md, docs/continuation.md#holds.
 const (
 	DefaultAddr    = "127.0.0.1:8787"
 	DefaultDataDir = "./data"
@@ -21,45 +21,45 @@ const (
 	DevToken         = "dev-token"
 	DefaultHoldMax   = 60 * time.Second
 	DefaultTouchSync = 2 * time.Second
-	// Loop guards of SPEC §7 for every followup chain.
+	// Loop guards of docs/continuation.md for every followup chain.
 	DefaultMaxHops          = 8
 	DefaultMaxChainDuration = 15 * time.Minute
 	// DefaultFollowupTimeout bounds one followup HTTP exchange; a
 	// non-streaming LLM answer can take minutes.
 	DefaultFollowupTimeout = 10 * time.Minute
-	// DefaultReentry is the local proxy listener of SPEC §12.
+	// DefaultReentry is the local proxy listener of docs/configuration.md.
 	DefaultReentry = "127.0.0.1:10000"
 )
 
 // Config configures a Service. DefaultConfig gives the production
 // defaults and LoadConfig layers the config file and the environment on
-// them (SPEC §12); in a Config built by hand, zero fields take the defaults below
+// them (docs/configuration.md); in a Config built by hand, zero fields take the defaults below
 // and a zero NTP field means NTP disabled.
 type Config struct {
-	// Addr is the HTTP listen address (SPEC §12), default DefaultAddr.
+	// Addr is the HTTP listen address (docs/configuration.md), default DefaultAddr.
 	Addr string
 	// DataDir holds the Badger database (CHIME_DATA_DIR), default DefaultDataDir.
 	DataDir string
 	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN). Empty means
 	// DevToken, with a warning logged once.
 	Token string
-	// NTP configures the clock-offset tracker (SPEC §11).
+	// NTP configures the clock-offset tracker (docs/time.md#ntp).
 	NTP ntp.Config
-	// DueWindow and Retention are the clock task timings of SPEC §6
+	// DueWindow and Retention are the clock task timings of docs/clock-tool.md
 	// (defaults 60 s and 20 min).
 	DueWindow time.Duration
 	Retention time.Duration
-	// HoldMax is holds.max of SPEC §8 (default 60 s), for the response path.
+	// HoldMax is holds.max of docs/continuation.md#holds (default 60 s), for the response path.
 	HoldMax time.Duration
-	// DisableHoldNonStreaming is holds.nonStreaming=false of SPEC §8: holds
+	// DisableHoldNonStreaming is holds.nonStreaming=false of docs/continuation.md#holds: holds
 	// only for streaming (SSE) clients. By default JSON clients are held too.
 	DisableHoldNonStreaming bool
-	// MaxHops and MaxChainDuration are the loop guards of SPEC §7
+	// MaxHops and MaxChainDuration are the loop guards of docs/continuation.md
 	// (defaults 8 followups and 15 min per chain).
 	MaxHops          int
 	MaxChainDuration time.Duration
 	// Reentry is the proxy listener followups go to when the filter names
-	// none (default DefaultReentry, SPEC §12).
+	// none (default DefaultReentry, docs/configuration.md).
 	Reentry string
 	// FollowupTimeout bounds one followup exchange (default 10 min).
 	FollowupTimeout time.Duration
@@ -74,12 +74,12 @@ type Config struct {
 	TouchSync time.Duration
 	// Clock is the uncorrected wall clock and the source of every wait of
 	// the host (default the real clock; tests pass a clockwork.FakeClock).
-	// The NTP offset is applied on top of its Now (timesource, SPEC §11).
+	// The NTP offset is applied on top of its Now (timesource, docs/time.md#ntp).
 	Clock timesource.Clock
 }
 
 // DefaultConfig is the production configuration before the config file
-// and the environment are applied (SPEC §6–§8, §11, §12).
+// and the environment are applied (docs/clock-tool.md–§8, §11, §12).
 func DefaultConfig() Config {
 	return Config{
 		Addr:      DefaultAddr,
@@ -98,12 +98,12 @@ func DefaultConfig() Config {
 }
 
 // ConfigFromEnv reads CHIME_DATA_DIR, CHIME_HOST_TOKEN and the CHIME_NTP*
-// variables (SPEC §12) on top of the defaults. A bad value is an error
+// variables (docs/configuration.md) on top of the defaults. A bad value is an error
 // naming the variable.
 func ConfigFromEnv() (Config, error) { return applyEnv(DefaultConfig()) }
 
 // applyEnv overrides cfg with the variables that are set: the environment
-// wins over the config file (SPEC §12).
+// wins over the config file (docs/configuration.md).
 func applyEnv(cfg Config) (Config, error) {
 	nc, err := ntp.ApplyEnv(cfg.NTP)
 	if err != nil {
@@ -123,7 +123,7 @@ func applyEnv(cfg Config) (Config, error) {
 }
 
 // FilterResolveTimeout is the filter's default resolveTimeoutMs (plugin
-// configuration, SPEC §12): how long it waits for a resolve answer. The
+// configuration, docs/configuration.md): how long it waits for a resolve answer. The
 // host answers within MaxChainDuration, holds included, so a chain guard
 // longer than FilterResolveTimeout-FilterResolveSlack needs resolveTimeoutMs
 // raised in envoy.yaml.

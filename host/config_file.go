@@ -19,20 +19,20 @@ import (
 	"github.com/chimehq/chime/ntp"
 )
 
-// The host config file (SPEC §12) lives here, next to Config, because its
+// The host config file (docs/configuration.md) lives here, next to Config, because its
 // fields are Config's fields and its defaults are DefaultConfig; a package
 // of its own would have to import host (so host tests could not use it) or
 // take the defaults away from the host.
 
 // ConfigEnv names the host config file when no --config flag is given
-// (SPEC §12).
+// (docs/configuration.md).
 const ConfigEnv = "CHIME_CONFIG"
 
 // maxConfigFileSize bounds the file; a host config is a few hundred bytes.
 const maxConfigFileSize = 1 << 20
 
 // LoadConfig builds the configuration of `chime host` and `chime up`
-// (SPEC §12): DefaultConfig, then the config file at path (or $CHIME_CONFIG
+// (docs/configuration.md): DefaultConfig, then the config file at path (or $CHIME_CONFIG
 // when path is ""), then the environment variables. Neither a path nor
 // CHIME_CONFIG means the defaults; a path that does not exist is an error.
 // Flags are the caller's to apply last.
@@ -170,7 +170,7 @@ func fileFromConfig(cfg Config) configFile {
 
 // serverSection holds the top-level fields.
 type serverSection struct {
-	// Listen is the host's HTTP address (SPEC §12).
+	// Listen is the host's HTTP address (docs/configuration.md).
 	Listen string `yaml:"listen"`
 	// DataDir holds the Badger database.
 	DataDir string `yaml:"dataDir"`
@@ -195,7 +195,7 @@ func (s *serverSection) apply(cfg *Config) {
 	cfg.Addr, cfg.DataDir, cfg.Reentry = s.Listen, s.DataDir, s.Reentry
 }
 
-// ntpSection is SPEC §11.
+// ntpSection is docs/time.md#ntp.
 type ntpSection struct {
 	Enabled    bool          `yaml:"enabled"`
 	Servers    []string      `yaml:"servers"`
@@ -225,7 +225,7 @@ func (s *ntpSection) apply(cfg *Config) {
 	cfg.NTP.Enabled, cfg.NTP.Servers, cfg.NTP.StaleAfter = s.Enabled, s.Servers, s.StaleAfter
 }
 
-// clockSection is the clock task timing of SPEC §6.
+// clockSection is the clock task timing of docs/clock-tool.md.
 type clockSection struct {
 	DueWindow time.Duration `yaml:"dueWindow"`
 	Retention time.Duration `yaml:"retention"`
@@ -240,7 +240,7 @@ func (s *clockSection) check(c *checker) {
 
 func (s *clockSection) apply(cfg *Config) { cfg.DueWindow, cfg.Retention = s.DueWindow, s.Retention }
 
-// holdsSection is SPEC §8.
+// holdsSection is docs/continuation.md#holds.
 type holdsSection struct {
 	Max          time.Duration `yaml:"max"`
 	NonStreaming bool          `yaml:"nonStreaming"`
@@ -256,7 +256,7 @@ func (s *holdsSection) apply(cfg *Config) {
 	cfg.HoldMax, cfg.DisableHoldNonStreaming = s.Max, !s.NonStreaming
 }
 
-// guardsSection is the followup chain guards of SPEC §7.
+// guardsSection is the followup chain guards of docs/continuation.md.
 type guardsSection struct {
 	MaxHops          int           `yaml:"maxHops"`
 	MaxChainDuration time.Duration `yaml:"maxChainDuration"`

@@ -9,7 +9,7 @@ import (
 	"github.com/chimehq/chime/storage"
 )
 
-// The dashboard API (SPEC §12) is read-only. From loopback it needs no
+// The dashboard API (docs/configuration.md) is read-only. From loopback it needs no
 // token, so a local browser can show it; from anywhere else it needs the
 // bearer token. Task, stopMessage and tool text are private to the user:
 // they appear only with ?include=text, and that always needs the token.
@@ -30,7 +30,7 @@ type SessionView struct {
 	Route       string           `json:"route"`
 }
 
-// StopMessageView is a session's stopMessage state (SPEC §7).
+// StopMessageView is a session's stopMessage state (docs/continuation.md).
 type StopMessageView struct {
 	MaxRepeats int    `json:"maxRepeats"`
 	Used       int    `json:"used"`

@@ -13,7 +13,7 @@ import (
 // TestDirectiveAppliedOncePerPosition: the same directive at the same
 // position is applied once per session, also after a restart and for a
 // retried request; typed again at a new position it is applied again
-// (SPEC §4 applied once).
+// (docs/directives.md#applied-once).
 func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 	dir := t.TempDir()
 	clk := clockwork.NewFakeClockAt(t0)
@@ -40,7 +40,7 @@ func TestDirectiveAppliedOncePerPosition(t *testing.T) {
 			t.Fatalf("stopMessage = %+v %v %v, want used %d", m, ok, err, wantUsed)
 		}
 	}
-	useStop := func(f *fixture) { // what a stopMessage trigger persists (SPEC §7)
+	useStop := func(f *fixture) { // what a stopMessage trigger persists (docs/continuation.md)
 		t.Helper()
 		m, _, _ := f.svc.store.GetStopMessage(sid)
 		m.Used++

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzPrepareBody: any body gets 200 with a well-formed answer or a 400
-// JSON error, never a 5xx or a panic (SPEC §14).
+// JSON error, never a 5xx or a panic (docs/failures.md).
 func FuzzPrepareBody(f *testing.F) {
 	fx := newFixture(f)
 	for _, seed := range []string{

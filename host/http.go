@@ -109,7 +109,7 @@ func (s *Service) tokenOK(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
 }
 
-// authed answers 401 before h can touch any state (SPEC §14).
+// authed answers 401 before h can touch any state (docs/failures.md).
 func (s *Service) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.tokenOK(r) {

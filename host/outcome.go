@@ -6,13 +6,13 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 )
 
-// The outcome of a request's reservation (SPEC §1 request path, step 3;
-// SPEC §6 reservation/commit): the filter reports whether the response
+// The outcome of a request's reservation (docs/architecture.md#request-path, step 3;
+// docs/clock-tool.md#reservation-commit-and-rollback/commit): the filter reports whether the response
 // started to reach the client. Reminders are the only reserved injection
 // so far; the clock engine keeps their reservations.
 
 // Commit records delivery of requestID's reserved reminders (the response
-// started to reach the client, SPEC §6). An unknown id commits nothing.
+// started to reach the client, docs/clock-tool.md). An unknown id commits nothing.
 func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
 	n, err := s.engine.Commit(ctx, requestID)
 	if err == nil && n > 0 {
@@ -23,7 +23,7 @@ func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
 }
 
 // Rollback releases requestID's reserved reminders (upstream failure or a
-// reset before the response started, SPEC §6) so a later request gets them.
+// reset before the response started, docs/clock-tool.md) so a later request gets them.
 func (s *Service) Rollback(ctx context.Context, requestID string) (int, error) {
 	n, err := s.engine.Rollback(ctx, requestID)
 	if err == nil && n > 0 {

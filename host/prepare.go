@@ -16,7 +16,7 @@ import (
 
 var errNoSession = errors.New("no session id on the request")
 
-// Prepare is the request-path call of SPEC §1: it touches the session,
+// Prepare is the request-path call of docs/architecture.md: it touches the session,
 // applies the directives in order, reserves the session's due reminders for
 // req.RequestID and tells the filter what to inject. A failing directive is
 // logged and skipped; Prepare itself never fails.
@@ -74,7 +74,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 }
 
 // applyOnce applies d unless the session already applied the same
-// directive at the same position (SPEC §4 applied once). It claims the
+// directive at the same position (docs/directives.md#applied-once). It claims the
 // directive's digest before applying it, so two copies of one request
 // racing each other apply it once, and releases the claim when applying
 // fails, so a later request may try again. It reports false, nil for a
@@ -114,7 +114,7 @@ func directiveDigest(d hostapi.HostDirective, previousResponseID string) string 
 }
 
 // applyDirective hands one directive to the feature that owns its kind
-// (SPEC §4); every write is synchronous (SPEC §6 write-through).
+// (docs/directives.md); every write is synchronous (docs/clock-tool.md#persistence).
 func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d hostapi.HostDirective, now time.Time) error {
 	if sid == "" {
 		return errNoSession

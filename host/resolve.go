@@ -14,8 +14,8 @@ import (
 // request, and coding agents send 1–2 MB routinely.
 const maxResolveBody = 64 << 20
 
-// newResolver wires the response path (SPEC §1, §7, §8) to the service.
-// The order of the steps is SPEC §7's priority: server tools, then
+// newResolver wires the response path (docs/architecture.md, docs/continuation.md, docs/continuation.md#holds) to the service.
+// The order of the steps is docs/continuation.md's priority: server tools, then
 // stopMessage, then a clock hold.
 func (s *Service) newResolver() (*resolve.Resolver, error) {
 	tools, err := resolve.NewToolStep(s, s.log)
@@ -55,7 +55,7 @@ func (s *Service) Resolve(ctx context.Context, req hostapi.ResolveRequest) (host
 }
 
 // Cancel stops the chain of requestID, now or when its resolve arrives
-// within a few minutes (POST /v1/filter/cancel; SPEC §1 disconnect).
+// within a few minutes (POST /v1/filter/cancel; docs/architecture.md#disconnect).
 func (s *Service) Cancel(requestID string) { s.resolver.Cancel(requestID) }
 
 // holdReminders adapts the clock engine for holds.

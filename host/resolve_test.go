@@ -271,7 +271,7 @@ func TestResolveStopMessageTwice(t *testing.T) {
 			}})
 			var usedAtSend []int
 			proxy := newFakeProxy(t, p, func(n int, _ followup, _ context.Context) (int, *llm.Turn) {
-				// SPEC §7: used+1 is on disk before the followup is sent.
+				// docs/continuation.md: used+1 is on disk before the followup is sent.
 				st, _, _ := f.svc.store.GetStopMessage(sid)
 				usedAtSend = append(usedAtSend, st.Used)
 				return http.StatusOK, &llm.Turn{Text: fmt.Sprintf("answer %d", n), Finish: llm.Finish{Reason: llm.FinishStop},
@@ -400,7 +400,7 @@ func TestResolveMaxHops(t *testing.T) {
 
 func TestResolveMaxDuration(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t) // the SPEC §7 default: 15 min per chain
+	f := newFixture(t) // the docs/continuation.md default: 15 min per chain
 	proxy := newFakeProxy(t, llm.Chat, func(n int, _ followup, ctx context.Context) (int, *llm.Turn) {
 		f.clk.Advance(6 * time.Minute) // each followup takes 6 min
 		if n == 3 {                    // 18 min: the guard ends the chain mid-followup
@@ -458,7 +458,7 @@ func TestResolveMixedCalls(t *testing.T) {
 }
 
 // A followup that fails ends the chain with the last good turn plus a
-// visible note, never a silent truncation (SPEC §14).
+// visible note, never a silent truncation (docs/failures.md).
 func TestResolveUpstreamError(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []struct {
@@ -534,7 +534,7 @@ func (f *fixture) resolveAsync(t *testing.T, req hostapi.ResolveRequest) <-chan 
 }
 
 // blockUntil waits until n waits are pending on the fixture's clock: each
-// running chain has one (its SPEC §7 duration guard), a hold one more.
+// running chain has one (its docs/continuation.md duration guard), a hold one more.
 func (f *fixture) blockUntil(t *testing.T, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -624,7 +624,7 @@ func TestResolveHoldRolledBackOnUpstreamError(t *testing.T) {
 		t.Fatalf("resolve: %+v", resp)
 	}
 	// The original answer stands; the client is told the hold's
-	// continuation failed (SPEC §14), and the stop finish is kept.
+	// continuation failed (docs/failures.md), and the stop finish is kept.
 	if c := resp.Continuation; !resp.Continued || c.Text != "[chime: the continuation failed: 503 server_error: boom]" || c.Finish.Reason != llm.FinishStop {
 		t.Fatalf("continuation: %+v", resp.Continuation)
 	}

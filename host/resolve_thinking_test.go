@@ -15,7 +15,7 @@ import (
 	"github.com/chimehq/chime/llm"
 )
 
-// SPEC §1 "provider content is replayed verbatim" and §14 "a followup the
+// docs/architecture.md "provider content is replayed verbatim" and §14 "a followup the
 // provider rejects": the host's chain keeps Anthropic's signed thinking
 // blocks across hops, and a 400 ends the chain with a visible note.
 

@@ -1,4 +1,4 @@
-// Package host is the chime host service (SPEC §1): the state and time
+// Package host is the chime host service (docs/architecture.md): the state and time
 // owner that the filter calls out to. It persists sessions, clock tasks and
 // stopMessage state in Badger, keeps the NTP offset, applies directives,
 // reserves due reminders for the filter to inject, executes server tools,
@@ -7,9 +7,9 @@
 // docs/host-api.md describes the HTTP API.
 //
 // Each feature lives in a package of its name: host/clock (the clock tool
-// and reminders, SPEC §6), host/stopmessage (SPEC §7), host/route (the
-// route pin, SPEC §4), host/internal/resolve (the followup chain and its
-// steps, SPEC §1, §7, §8). This package wires them: prepare.go is the
+// and reminders, docs/clock-tool.md), host/stopmessage (docs/continuation.md), host/route (the
+// route pin, docs/directives.md), host/internal/resolve (the followup chain and its
+// steps, docs/architecture.md, docs/continuation.md, docs/continuation.md#holds). This package wires them: prepare.go is the
 // request path and hands each directive to its feature, tools.go
 // dispatches server-tool calls, outcome.go commits or rolls back
 // reservations, resolve.go orders the chain's steps.
@@ -40,7 +40,7 @@ import (
 )
 
 // ToolExecutor runs one server-tool call for the requesting session and
-// returns the tool's JSON result (SPEC §6). Failures are results with
+// returns the tool's JSON result (docs/clock-tool.md). Failures are results with
 // ok:false, never Go errors. ctx may carry clock.WithLocation for the
 // request's time zone. The response path calls it in process; POST
 // /v1/tools/execute exposes it over HTTP.
@@ -138,7 +138,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // Serve starts the NTP tracker, the clock sweep (startup scan, then every
-// 60 s; SPEC §6) and the session-touch writer, and serves HTTP on ln until
+// 60 s; docs/clock-tool.md) and the session-touch writer, and serves HTTP on ln until
 // ctx ends. It then stops them, closes the store and returns.
 func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -190,7 +190,7 @@ func (s *Service) Close() error {
 	return s.closeErr
 }
 
-// now is host time with the NTP offset (SPEC §5 nowMs).
+// now is host time with the NTP offset (docs/time.md#time-tag).
 func (s *Service) now() time.Time { return s.clock.Now() }
 
 func (s *Service) ntpInfo() hostapi.NTPInfo {

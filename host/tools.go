@@ -11,7 +11,7 @@ import (
 	"github.com/chimehq/chime/hostapi"
 )
 
-// Server tools (SPEC §1, §6, §9) are the tools chime injects and runs
+// Server tools (docs/architecture.md, docs/clock-tool.md, docs/roadmap.md#timer-tools) are the tools chime injects and runs
 // itself; the client never sees their calls. Each feature package serves
 // a family of them, and newServerTools registers the families: prepare
 // names the enabled ones for the filter to inject (their schemas are in
@@ -32,7 +32,7 @@ type serverTools struct {
 }
 
 // newServerTools registers the families of the host's features; a new
-// family (the timer tools of SPEC §9) goes beside clock.
+// family (the timer tools of docs/roadmap.md#timer-tools) goes beside clock.
 func (s *Service) newServerTools() *serverTools {
 	return newToolSet(
 		&toolFamily{

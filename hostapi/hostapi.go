@@ -14,16 +14,16 @@ import (
 	"strings"
 )
 
-// The filter ↔ host API (SPEC §1). The filter calls these endpoints on the
+// The filter ↔ host API (docs/architecture.md). The filter calls these endpoints on the
 // host cluster through proxy_http_call, each with
 // `authorization: Bearer <token>` and a JSON body; a wrong or missing token
-// gets 401 and touches no state (SPEC §14). docs/host-api.md describes it.
+// gets 401 and touches no state (docs/failures.md). docs/host-api.md describes it.
 const (
 	PathPrepare  = "/v1/filter/prepare"  // PrepareRequest → PrepareResponse
 	PathCommit   = "/v1/filter/commit"   // OutcomeRequest → 204
 	PathRollback = "/v1/filter/rollback" // OutcomeRequest → 204
 	PathState    = "/v1/filter/state"    // GET → StateResponse (the filter's tick)
-	PathResolve  = "/v1/filter/resolve"  // ResolveRequest → ResolveResponse (response path, SPEC §1)
+	PathResolve  = "/v1/filter/resolve"  // ResolveRequest → ResolveResponse (response path, docs/architecture.md)
 	PathCancel   = "/v1/filter/cancel"   // OutcomeRequest → 204: the client of that request went away
 )
 
@@ -32,7 +32,7 @@ const (
 // such a request through untouched and removes the header before it leaves.
 const HeaderFollowup = "x-chime-followup"
 
-// HeaderTimezone selects the time tag's zone per request (SPEC §5).
+// HeaderTimezone selects the time tag's zone per request (docs/time.md#time-tag).
 const HeaderTimezone = "x-chime-timezone"
 
 // HostDirective is a directive the host applies to session state. The
@@ -45,7 +45,7 @@ type HostDirective struct {
 	Route      string         `json:"route,omitempty"`
 	// Position is Directive.Position: the user turns before the tag's
 	// message. The host applies a directive once per session and position
-	// (SPEC §4).
+	// (docs/directives.md).
 	Position int `json:"position"`
 }
 
@@ -53,16 +53,16 @@ type HostDirective struct {
 type PrepareRequest struct {
 	RequestID  string          `json:"requestId"`
 	Protocol   string          `json:"protocol"`            // Protocol.String()
-	SessionID  string          `json:"sessionId,omitempty"` // "" = no session (SPEC §3)
+	SessionID  string          `json:"sessionId,omitempty"` // "" = no session (docs/protocols.md#session-identity)
 	Timezone   string          `json:"timezone,omitempty"`  // effective IANA zone of the time tag
 	Directives []HostDirective `json:"directives,omitempty"`
 	// PreviousResponseID is the Responses previous_response_id, "" when
 	// absent: the body then holds only new items, so directive positions
-	// count from that response and the host keys them by it too (SPEC §4).
+	// count from that response and the host keys them by it too (docs/directives.md).
 	PreviousResponseID string `json:"previousResponseId,omitempty"`
 }
 
-// NTPInfo is the host's view of clock correction (SPEC §11).
+// NTPInfo is the host's view of clock correction (docs/time.md#ntp).
 type NTPInfo struct {
 	Status    string `json:"status"` // ok | stale | error | disabled
 	OffsetMs  int64  `json:"offsetMs"`
@@ -77,7 +77,7 @@ type PrepareResponse struct {
 	// Tools are the server tools to inject, by name (the filter owns the
 	// schemas, e.g. ClockToolSpec for "clock").
 	Tools []string `json:"tools,omitempty"`
-	// Reminders is the user text to append (SPEC §6), "" when none is due.
+	// Reminders is the user text to append (docs/clock-tool.md), "" when none is due.
 	Reminders string `json:"reminders,omitempty"`
 	// Reserved is true when reminders were reserved for this request id and
 	// the filter must report the outcome (commit or rollback).
@@ -87,14 +87,14 @@ type PrepareResponse struct {
 	// active or a task is pending. Server-tool calls are resolved anyway.
 	MayContinue bool `json:"mayContinue,omitempty"`
 	// Route is the session's pinned upstream route after this request's
-	// directives, "" when none (SPEC §4 routing).
+	// directives, "" when none (docs/directives.md#routing).
 	Route string `json:"route,omitempty"`
 }
 
 // ResolveRequest hands the host a finished upstream turn that needs work:
 // server-tool calls to execute, or a stop/length finish the host may
 // continue (stopMessage, hold). The host answers once the whole followup
-// chain is done (SPEC §7 loop guards), so the filter's http_call timeout
+// chain is done (docs/continuation.md#loop-guards), so the filter's http_call timeout
 // must cover holds and followups.
 type ResolveRequest struct {
 	RequestID string `json:"requestId"`
@@ -102,7 +102,7 @@ type ResolveRequest struct {
 	Protocol  string `json:"protocol"` // Protocol.String()
 	Path      string `json:"path"`     // request path as the client sent it
 	// Reentry is the proxy listener (host:port) followups are sent to, so
-	// upstream auth, TLS and the route stay the proxy's (SPEC §1).
+	// upstream auth, TLS and the route stay the proxy's (docs/architecture.md).
 	Reentry string `json:"reentry"`
 	// Headers are the client's request headers to repeat on followups
 	// (provider credentials among them): never logged above debug.
@@ -112,7 +112,7 @@ type ResolveRequest struct {
 	Request json.RawMessage `json:"request"`
 	// Turn is the provider's answer in canonical form, with its provider
 	// items (thinking blocks, reasoning items) for the followups to replay
-	// (SPEC §1).
+	// (docs/architecture.md).
 	Turn *llm.Turn `json:"turn"`
 	// ServerTools names the tools the filter withheld from the client.
 	ServerTools []string `json:"serverTools"`
@@ -133,7 +133,7 @@ type ResolveResponse struct {
 	Continuation *llm.Turn `json:"continuation,omitempty"`
 	// Reason says why the chain ended: one of the Reason* values. After a failed followup the
 	// continuation is the last good turn with a note appended to its text
-	// (SPEC §14), so Continued is true even when no followup came back.
+	// (docs/failures.md), so Continued is true even when no followup came back.
 	Reason string `json:"reason,omitempty"`
 	// Hops is the number of followups sent.
 	Hops int `json:"hops"`
@@ -177,7 +177,7 @@ func followupMAC(token, requestID string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// Directive kinds of HostDirective.Kind (SPEC §4).
+// Directive kinds of HostDirective.Kind (docs/directives.md).
 const (
 	DirectiveStopMessage      = "stopMessage"
 	DirectiveStopMessageClear = "stopMessage:clear"
@@ -207,7 +207,7 @@ func DirectiveKind(k llm.DirectiveKind) string {
 	return ""
 }
 
-// Reasons a followup chain ends (ResolveResponse.Reason; SPEC §7, §14).
+// Reasons a followup chain ends (ResolveResponse.Reason; docs/continuation.md, docs/failures.md).
 const (
 	ReasonDone          = "done"           // nothing (more) to do
 	ReasonClientTools   = "client_tools"   // the turn has client tool calls: the client answers them

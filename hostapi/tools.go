@@ -8,12 +8,12 @@ import (
 )
 
 // ClockToolName is the name of the one tool the model sees for time and
-// reminders (SPEC §6).
+// reminders (docs/clock-tool.md).
 const ClockToolName = "clock"
 
 var clockActions = []string{"get", "schedule", "list", "cancel", "clear", "update"}
 
-// ClockActions returns the values of the clock tool's "action" (SPEC §6).
+// ClockActions returns the values of the clock tool's "action" (docs/clock-tool.md).
 func ClockActions() []string { return slices.Clone(clockActions) }
 
 const clockDescription = `Read the current time and set reminders for yourself in this session.
@@ -43,7 +43,7 @@ const clockSchema = `{"type":"object","properties":{` +
 	`"taskId":{"type":"string","description":"The reminder to cancel or update, from schedule or list; \"\" otherwise."}` +
 	`},"required":["action","items","taskId"],"additionalProperties":false}`
 
-// ClockToolSpec returns the strict clock tool schema of SPEC §6 (seed 000
+// ClockToolSpec returns the strict clock tool schema of docs/clock-tool.md (seed 000
 // §2.2): every property is required and no others are allowed.
 func ClockToolSpec() llm.ToolSpec {
 	return llm.ToolSpec{

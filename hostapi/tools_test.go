@@ -9,7 +9,7 @@ import (
 )
 
 // TestClockToolSpecStrict: every property of the clock schema is required
-// and no others are allowed, as strict tool schemas demand (SPEC §6).
+// and no others are allowed, as strict tool schemas demand (docs/clock-tool.md).
 func TestClockToolSpecStrict(t *testing.T) {
 	spec := ClockToolSpec()
 	var schema map[string]any

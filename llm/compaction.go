@@ -7,7 +7,7 @@ import (
 )
 
 // compactionSentinels are the texts that mark a compaction (context
-// summarization) request when a text starts with one of them (SPEC §7:
+// summarization) request when a text starts with one of them (docs/continuation.md:
 // stopMessage never continues a compaction). Sources:
 //   - Codex CLI, codex-rs/core/templates/compact/prompt.md, sent as the
 //     final user message of a local compaction;

@@ -9,7 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// DirectiveKind names what a `<**…**>` tag asks for (SPEC §4).
+// DirectiveKind names what a `<**…**>` tag asks for (docs/directives.md).
 type DirectiveKind int
 
 const (
@@ -59,13 +59,13 @@ type Directive struct {
 	// Route is set for DirectiveRoute.
 	Route string
 	// Position is the number of user turns before the message holding the
-	// tag (Request.Directives; SPEC §4). It stays the same when the client
+	// tag (Request.Directives; docs/directives.md). It stays the same when the client
 	// resends that message, so the host can apply a directive once.
 	Position int
 	Err      error
 }
 
-// ClockItem is one reminder, as in the clock tool's items[] (SPEC §6).
+// ClockItem is one reminder, as in the clock tool's items[] (docs/clock-tool.md).
 // The dueAt format is checked by the host, which owns time.
 type ClockItem struct {
 	DueAt     string `json:"dueAt"`
@@ -81,7 +81,7 @@ const (
 	tagClose = "**>"
 )
 
-// ParseDirectives returns every tag in text, in order (SPEC §4).
+// ParseDirectives returns every tag in text, in order (docs/directives.md).
 func ParseDirectives(text string) []Directive {
 	_, dirs, _ := scanDirectives(text, true)
 	return dirs

@@ -10,7 +10,7 @@ import (
 )
 
 // ToolResult is the output of one executed tool call, answered in a
-// followup (SPEC §1: the host loops tool → followup → tool).
+// followup (docs/architecture.md: the host loops tool → followup → tool).
 type ToolResult struct {
 	CallID string // the ToolCall.ID it answers
 	Name   string // the tool's name
@@ -24,7 +24,7 @@ var ErrFollowup = errors.New("llm: cannot build followup")
 // AssignCallIDs gives every call of t that has no id a generated one,
 // derived from request (the conversation the turn answers) and the call's
 // index, so ids are stable for the same inputs and differ between hops of
-// one chain. Providers require ids to pair calls with results (SPEC §2).
+// one chain. Providers require ids to pair calls with results (docs/protocols.md).
 func AssignCallIDs(p Protocol, request []byte, t *Turn) {
 	if t == nil {
 		return
@@ -47,7 +47,7 @@ func AssignCallIDs(p Protocol, request []byte, t *Turn) {
 	}
 }
 
-// BuildFollowup returns the body of a followup request (SPEC §1 response
+// BuildFollowup returns the body of a followup request (docs/architecture.md response
 // path, §7): request — the body exactly as the provider received it — plus
 // the assistant turn in p's shape, plus either the tool results or the
 // user text (or both, results first), with "stream" forced to false.
@@ -67,11 +67,11 @@ func AssignCallIDs(p Protocol, request []byte, t *Turn) {
 //     received (signatures included), one text block, tool_use blocks —
 //     then one user message holding the tool_result blocks (tool_use_id)
 //     and the text after them, so roles alternate and every tool_use is
-//     answered (SPEC §2 injected user text). Both go after a trailing
+//     answered (docs/protocols.md#injected-user-text). Both go after a trailing
 //     role:"system" message (Claude Code's mid-conversation-system beta):
 //     the assistant turn answered the conversation including it.
 //
-// Provider content is replayed verbatim (SPEC §1): providers reject a
+// Provider content is replayed verbatim (docs/architecture.md): providers reject a
 // tool-result turn whose assistant message lost its signed thinking block
 // or a function_call without its reasoning item. It is replayed only with
 // an assistant message that has text or tool calls.

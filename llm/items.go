@@ -27,7 +27,7 @@ const (
 )
 
 // Item is one entry of a turn's provider content, in the provider's order
-// (SPEC §1: provider content is replayed verbatim). Text and tool calls
+// (docs/architecture.md: provider content is replayed verbatim). Text and tool calls
 // stay in Turn.Text and Turn.ToolCalls; ItemText and ItemToolCall only
 // record their position relative to the raw items. Raw is a JSON string on
 // the host API, so its bytes survive any JSON round trip.

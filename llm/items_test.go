@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// SPEC §1 "provider content is replayed verbatim": a turn parsed from JSON
+// docs/architecture.md "provider content is replayed verbatim": a turn parsed from JSON
 // or SSE keeps thinking blocks, reasoning items and Chat reasoning_content,
 // and a followup gives them back exactly, in their place.
 

@@ -1,5 +1,5 @@
 // Package llm owns the bytes of the three LLM wire protocols chime speaks
-// (SPEC §2): OpenAI Chat Completions, OpenAI Responses and Anthropic
+// (docs/protocols.md): OpenAI Chat Completions, OpenAI Responses and Anthropic
 // Messages, in JSON and SSE framing. Both the wasm filter (GOOS=wasip1) and
 // the host import it, so it must stay free of OS and network dependencies.
 package llm
@@ -30,8 +30,8 @@ func (p Protocol) String() string {
 	return "unknown"
 }
 
-// DetectProtocol resolves the protocol from a request path (SPEC §1 step 1).
-// A query string is ignored (SPEC §3: /v1/messages?beta=true).
+// DetectProtocol resolves the protocol from a request path (docs/architecture.md#request-path).
+// A query string is ignored (docs/protocols.md#session-identity: /v1/messages?beta=true).
 func DetectProtocol(path string) Protocol {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]

@@ -8,7 +8,7 @@ import (
 )
 
 // RenderJSON renders t as a complete non-streaming response body of protocol
-// p, in the shape the official SDKs decode (SPEC §1 response path, JSON).
+// p, in the shape the official SDKs decode (docs/architecture.md#response-path, JSON).
 // Missing ids are filled with stable placeholders; Messages tool inputs that
 // are not a JSON object are rendered as {} because that protocol requires one.
 func RenderJSON(p Protocol, t *Turn) []byte {

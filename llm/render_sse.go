@@ -18,7 +18,7 @@ type RenderOptions struct {
 }
 
 // RenderSSE renders t as a complete event stream of protocol p, framed and
-// chunked the way the provider streams it (SPEC §1 response path, SSE):
+// chunked the way the provider streams it (docs/architecture.md#response-path, SSE):
 //   - Chat: chat.completion.chunk objects (role, content deltas, tool call
 //     start then argument deltas, finish, optional usage), then data: [DONE].
 //   - Responses: response.created, response.in_progress, output items with

@@ -122,7 +122,7 @@ func checkFraming(t testing.TB, p Protocol, evs []Event) {
 			t.Errorf("first event %s", evs[0].Type)
 		}
 	}
-	// One answer, as agent CLIs read it (SPEC §1), by an independent parser.
+	// One answer, as agent CLIs read it (docs/architecture.md), by an independent parser.
 	if _, err := ssecheck.Check(p.String(), joinRaw(evs)); err != nil {
 		t.Errorf("%v\n%s", err, joinRaw(evs))
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // Request is a byte-level view and editor of one request body in one of
-// the three protocols (SPEC §1 request path, §2).
+// the three protocols (docs/architecture.md#request-path, §2).
 //
 // ParseRequest validates and indexes the body once. Edits are recorded as
 // splices against the original bytes and applied in a single copy by
@@ -68,7 +68,7 @@ type message struct {
 	span
 	user    bool // role "user"
 	system  bool // role "system" (Messages: the mid-conversation-system beta)
-	model   bool // produced by the model: a new-input boundary (SPEC §4)
+	model   bool // produced by the model: a new-input boundary (docs/directives.md)
 	content span
 }
 
@@ -89,7 +89,7 @@ type namedTool struct {
 }
 
 // Errors ParseRequest returns; the filter forwards such bodies unmodified
-// (SPEC §14).
+// (docs/failures.md).
 var (
 	ErrMalformedJSON = errors.New("llm: malformed JSON body")
 	ErrBodyShape     = errors.New("llm: request body has the wrong shape")

@@ -12,7 +12,7 @@ import (
 var ErrEmptyText = errors.New("llm: appended user text is empty")
 
 // AppendUserText adds text as user input at the end of the conversation,
-// in the shape SPEC §2 gives each protocol:
+// in the shape docs/protocols.md gives each protocol:
 //   - Chat: a new {"role":"user","content":text} message.
 //   - Responses: a new user message item with one input_text part. A
 //     string input first becomes the item list form, its text as the
@@ -118,7 +118,7 @@ func (r *Request) appendMessages(text string) error {
 // finalUser returns the index of the final user message when only
 // role:"system" messages follow it, or -1. A new user message after such a
 // system message would make two user turns in a row, which the Messages API
-// rejects (SPEC §2 injected user text).
+// rejects (docs/protocols.md#injected-user-text).
 func (r *Request) finalUser() int {
 	for i := len(r.msgs) - 1; i >= 0; i-- {
 		switch {

@@ -6,7 +6,7 @@ import (
 	"github.com/chimehq/chime/llm/internal/reqscan"
 )
 
-// New input and user turns (SPEC §4).
+// New input and user turns (docs/directives.md).
 //
 // Clients resend the whole conversation on every request, so a directive
 // typed once is in every later body. Directives are therefore read only
@@ -46,7 +46,7 @@ func (r *Request) FirstNewUserMessage() int {
 
 // PreviousResponseID returns the Responses previous_response_id, or "".
 // With it the provider keeps the history and the body holds only the new
-// items, so user-turn positions count from that response (SPEC §4).
+// items, so user-turn positions count from that response (docs/directives.md).
 func (r *Request) PreviousResponseID() string {
 	if r.proto != Responses {
 		return ""

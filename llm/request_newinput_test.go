@@ -273,7 +273,7 @@ func newInputOracle(p Protocol, body []byte) (first int, dirs []dirAt) {
 }
 
 // FuzzNewUserInput checks the new-input boundary, the directives read and
-// their positions against newInputOracle on any body (SPEC §4). Seeds: the
+// their positions against newInputOracle on any body (docs/directives.md). Seeds: the
 // three client captures with directives typed in, and the request seeds.
 func FuzzNewUserInput(f *testing.F) {
 	seed := func(p Protocol, body string) { f.Add(uint8(p-Chat), []byte(body)) }

@@ -96,14 +96,14 @@ func texts(t *testing.T, p Protocol, body []byte) (user, other []string) {
 }
 
 type editWant struct {
-	kinds   []DirectiveKind // directives of the new user input (SPEC §4)
+	kinds   []DirectiveKind // directives of the new user input (docs/directives.md)
 	removed int
 	session string
 	stream  bool
 }
 
 // checkEdits runs the filter's request-path edits on body and checks the
-// result against the oracle and the SPEC §2 shapes.
+// result against the oracle and the docs/protocols.md#protocol-table.
 func checkEdits(t *testing.T, p Protocol, body []byte, hdr HeaderGetter, want editWant) []byte {
 	t.Helper()
 	r, err := ParseRequest(p, body)

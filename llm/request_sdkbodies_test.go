@@ -29,7 +29,7 @@ var sdkBodies = []struct {
 		editWant{kinds: []DirectiveKind{DirectiveRoute, DirectiveClockClear}, removed: 3, session: "conv-7"}},
 	{"messages_blocks_tool_result_stream", Messages, nil,
 		editWant{kinds: []DirectiveKind{DirectiveRoute}, removed: 2, session: "0f9d5c1e-claude", stream: true}},
-	// The stopMessage is in an older turn: stripped, not read (SPEC §4).
+	// The stopMessage is in an older turn: stripped, not read (docs/directives.md).
 	{"messages_string_content", Messages, nil,
 		editWant{kinds: nil, removed: 1, session: "1234-abcd"}},
 }

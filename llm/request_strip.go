@@ -12,7 +12,7 @@ import (
 const StrippedPlaceholder = "(chime directive)"
 
 // Directives returns the directives typed in the user input that is new
-// in this request (SPEC §4; see FirstNewUserMessage): every tag of every
+// in this request (docs/directives.md; see FirstNewUserMessage): every tag of every
 // user turn after the last model-produced item, in order, including
 // Unknown and malformed ones, each with its Position. Tags in older turns
 // are stripped but not returned. It reads the original body, so it answers
@@ -22,7 +22,7 @@ func (r *Request) Directives() []Directive {
 	return r.dirs
 }
 
-// StripDirectives removes every `<**…**>` tag from all user text (SPEC §4)
+// StripDirectives removes every `<**…**>` tag from all user text (docs/directives.md)
 // and returns how many it removed. User text is a user message's string
 // content or its text parts (Chat "text", Responses "input_text",
 // Messages "text" blocks), and a Responses string input. Tool results,

@@ -73,7 +73,7 @@ func TestUneditedBodyIsReturnedAsIs(t *testing.T) {
 }
 
 // TestDirectivesOnlyFromNewUserInput: tags in turns before the last
-// assistant message are stripped but not read (SPEC §4); every tag of
+// assistant message are stripped but not read (docs/directives.md); every tag of
 // the new user messages is read, with its message's position.
 func TestDirectivesOnlyFromNewUserInput(t *testing.T) {
 	r := parse(t, Chat, `{"messages":[

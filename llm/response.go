@@ -23,7 +23,7 @@ func (e *ProviderError) Error() string {
 }
 
 // ParseResponse reads a non-streaming response body of protocol p into a
-// canonical Turn (SPEC §1 response path, JSON; §2 tool call/stop/length rows).
+// canonical Turn (docs/architecture.md#response-path, JSON; §2 tool call/stop/length rows).
 func ParseResponse(p Protocol, body []byte) (*Turn, error) {
 	if !gjson.ValidBytes(body) {
 		return nil, ErrNotJSON

@@ -22,7 +22,7 @@ type HeaderFunc func(name string) string
 func (f HeaderFunc) Get(name string) string { return f(name) }
 
 // sessionHeaders are the headers SessionID consults, in priority order
-// (SPEC §3).
+// (docs/protocols.md#session-identity).
 var sessionHeaders = []string{
 	"x-chime-session",
 	"session_id", "session-id", "x-session-id",
@@ -34,7 +34,7 @@ var sessionHeaders = []string{
 // order (a copy).
 func SessionHeaders() []string { return slices.Clone(sessionHeaders) }
 
-// SessionID resolves the session id as SPEC §3 orders it: the headers of
+// SessionID resolves the session id as docs/protocols.md#session-identity orders it: the headers of
 // SessionHeaders, then the body's metadata.user_id, then its
 // prompt_cache_key. It returns "" when there is none. The id is returned
 // as sent (trimmed); the host sanitizes it before using it as a key.
@@ -58,7 +58,7 @@ func (r *Request) SessionID(h HeaderGetter) string {
 }
 
 // SessionFromUserID extracts a session id from a metadata.user_id value
-// (SPEC §3): either a JSON-encoded object with a string "session_id"
+// (docs/protocols.md#session-identity): either a JSON-encoded object with a string "session_id"
 // field, as current agent CLIs send, or a string containing
 // `session_<id>`, where id runs over [A-Za-z0-9._-]. It returns "" if
 // neither is present.

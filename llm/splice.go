@@ -8,7 +8,7 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// Splicer continues an SSE stream the filter has partly forwarded (SPEC §1
+// Splicer continues an SSE stream the filter has partly forwarded (docs/architecture.md
 // response path, SSE). The filter passes every event of the original stream
 // to Add, saying whether it reached the client; then Continue renders the
 // continuation turn as the rest of the same assistant turn.

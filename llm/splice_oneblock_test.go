@@ -10,7 +10,7 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// The splicer keeps one answer (SPEC §1 response path, SSE): the
+// The splicer keeps one answer (docs/architecture.md#response-path, SSE): the
 // continuation streams into the text block or message item the client
 // already has open, and the closing events come once, with the whole text.
 

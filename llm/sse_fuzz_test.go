@@ -51,7 +51,7 @@ func fuzzStreamReader(t *testing.T, p Protocol, data []byte, split uint16) {
 		b.Add(ev)
 	}
 	// Provider items rebuilt from deltas must be valid JSON objects, since
-	// followups replay them verbatim (SPEC §1).
+	// followups replay them verbatim (docs/architecture.md).
 	if err := b.Turn().CheckItems(); err != nil {
 		t.Fatalf("turn items: %v", err)
 	}
@@ -110,7 +110,7 @@ func FuzzParseResponse(f *testing.F) {
 			t.Fatalf("tool calls %d became %d", len(turn.ToolCalls), len(again.ToolCalls))
 		}
 		// Provider items are valid, survive rendering, and a followup that
-		// replays them is valid JSON (SPEC §1).
+		// replays them is valid JSON (docs/architecture.md).
 		if err := turn.CheckItems(); err != nil {
 			t.Fatalf("items: %v", err)
 		}

@@ -46,7 +46,7 @@ func (k EventKind) String() string {
 }
 
 // Event is one SSE event as it appeared on the wire plus its canonical
-// meaning (SPEC §1 response path, SSE). Raw is the exact bytes, including any
+// meaning (docs/architecture.md#response-path, SSE). Raw is the exact bytes, including any
 // blank lines before it and the blank line that ended it: the concatenation
 // of every Raw a reader returns equals its input, so the filter can forward
 // or withhold events byte-identically.
@@ -67,7 +67,7 @@ type Event struct {
 	ErrorMessage string      // with KindError
 
 	// Part is provider content other than text and tool calls, as JSON
-	// text, for TurnBuilder (SPEC §1: provider content is replayed
+	// text, for TurnBuilder (docs/architecture.md: provider content is replayed
 	// verbatim); PartKind says what it is. It adds no Kind.
 	PartKind PartKind
 	Part     string
@@ -299,7 +299,7 @@ func (r *StreamReader) dispatch(n int) Event {
 }
 
 // MustHold reports whether the filter has to hold this event until it knows
-// whether a continuation follows (SPEC §1 SSE): the close of the assistant's
+// whether a continuation follows (docs/architecture.md#sse-responses): the close of the assistant's
 // text block or message item, the finish, the terminal event and Chat's
 // usage-only chunk. The continuation goes into the still open text block;
 // the Splicer then re-renders the closing events once, for the merged turn.
@@ -308,7 +308,7 @@ func (e Event) MustHold() bool {
 }
 
 // StartsToolCall reports whether the event starts a call to one of the named
-// tools: from that event on, the filter withholds the stream (SPEC §1 SSE).
+// tools: from that event on, the filter withholds the stream (docs/architecture.md#sse-responses).
 func (e Event) StartsToolCall(names []string) bool {
 	if !e.Kind.Has(KindToolCallStart) {
 		return false

@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// TimeTagPrefix starts every time tag (SPEC §5).
+// TimeTagPrefix starts every time tag (docs/time.md#time-tag).
 const TimeTagPrefix = "[Time/Date]: "
 
 // ErrTimezone reports a zone name that is not a loadable IANA zone.
 var ErrTimezone = errors.New("llm: unknown timezone")
 
-// FormatTimeTag renders the time tag of SPEC §5, exactly:
+// FormatTimeTag renders the time tag of docs/time.md#time-tag, exactly:
 //
 //	[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`
 //
@@ -44,7 +44,7 @@ func FormatTimeTag(wall time.Time, loc *time.Location, ntpOffsetMs int64) string
 	return string(b)
 }
 
-// LoadTimezone loads an IANA zone by name for the time tag (SPEC §5). It
+// LoadTimezone loads an IANA zone by name for the time tag (docs/time.md#time-tag). It
 // rejects "" and "Local", which time.LoadLocation accepts but which name
 // no zone, and anything that is not in the zone database. Inside wasm the
 // database must be embedded (import time/tzdata in the main package).

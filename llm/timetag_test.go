@@ -19,7 +19,7 @@ func mustZone(t testing.TB, name string) *time.Location {
 }
 
 func TestFormatTimeTagExactBytes(t *testing.T) {
-	// The SPEC §5 example instant: 21:22:38.229Z is 13:22:38.229 in Los
+	// The docs/time.md#time-tag instant: 21:22:38.229Z is 13:22:38.229 in Los
 	// Angeles (PST). The wall clock is 12 ms ahead of NTP time.
 	wall := time.Date(2026, 2, 2, 21, 22, 38, 241_000_000, time.UTC)
 	got := FormatTimeTag(wall, mustZone(t, "America/Los_Angeles"), -12)

@@ -24,7 +24,7 @@ var ErrToolSpec = errors.New("llm: invalid tool spec")
 
 var emptySchema = []byte(`{"type":"object","properties":{}}`)
 
-// render returns the tool in p's shape (SPEC §2 tools row).
+// render returns the tool in p's shape (docs/protocols.md#protocol-table row).
 func (t ToolSpec) render(p Protocol) ([]byte, error) {
 	if !validToolName(t.Name) {
 		return nil, fmt.Errorf("%w: name %q must be 1-64 of [A-Za-z0-9_-]", ErrToolSpec, t.Name)
@@ -103,7 +103,7 @@ func validToolName(s string) bool {
 }
 
 // InjectTools adds each tool to the request's tool list in the protocol's
-// shape (SPEC §1 step 2, §2). A tool whose name is already present, from
+// shape (docs/architecture.md#request-path, §2). A tool whose name is already present, from
 // the client or an earlier call, is replaced in place rather than
 // duplicated. A missing or null tools member is created. It fails without
 // changing anything if a spec is invalid or "tools" is not a list.

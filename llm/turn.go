@@ -7,7 +7,7 @@ import (
 )
 
 // Turn is one assistant turn in canonical form, independent of the wire
-// protocol it came from or will be rendered to (SPEC §1 response path, §2).
+// protocol it came from or will be rendered to (docs/architecture.md#response-path, §2).
 type Turn struct {
 	ID        string     `json:"id,omitempty"`
 	Model     string     `json:"model,omitempty"`
@@ -16,7 +16,7 @@ type Turn struct {
 	Finish    Finish     `json:"finish"`
 	Usage     Usage      `json:"usage"`
 	// Items is the provider's content in order when it holds more than text
-	// and tool calls (SPEC §1: provider content is replayed verbatim); nil
+	// and tool calls (docs/architecture.md: provider content is replayed verbatim); nil
 	// otherwise.
 	Items []Item `json:"items,omitempty"`
 }
@@ -35,12 +35,12 @@ type Usage struct {
 	OutputTokens int `json:"outputTokens"`
 }
 
-// Add returns the field-wise sum of u and v (SPEC §1: usage summed).
+// Add returns the field-wise sum of u and v (docs/architecture.md: usage summed).
 func (u Usage) Add(v Usage) Usage {
 	return Usage{InputTokens: u.InputTokens + v.InputTokens, OutputTokens: u.OutputTokens + v.OutputTokens}
 }
 
-// FinishReason is the canonical reason a turn ended (SPEC §2 stop/length rows).
+// FinishReason is the canonical reason a turn ended (docs/protocols.md#protocol-table/length rows).
 type FinishReason string
 
 const (
@@ -169,7 +169,7 @@ func finishWire(p Protocol, f Finish) string {
 	return stop
 }
 
-// Merge folds a continuation into the original turn as SPEC §1 prescribes for
+// Merge folds a continuation into the original turn as docs/architecture.md prescribes for
 // JSON responses: text from both turns, the continuation's tool calls and
 // finish, usage summed, and the original's id and model. Two non-empty texts
 // are joined as JoinText does; the SSE splicer uses the same rule, so both
@@ -214,13 +214,13 @@ func textSeparator(a, b string) string {
 }
 
 // ServerCalls returns the calls whose name is one of serverTools: the ones
-// the host executes (SPEC §1 mixed calls).
+// the host executes (docs/architecture.md#mixed-calls).
 func (t *Turn) ServerCalls(serverTools []string) []ToolCall {
 	return filterCalls(t.ToolCalls, serverTools, true)
 }
 
 // ClientCalls returns the calls whose name is not one of serverTools: the
-// ones the client must see and execute (SPEC §1 mixed calls).
+// ones the client must see and execute (docs/architecture.md#mixed-calls).
 func (t *Turn) ClientCalls(serverTools []string) []ToolCall {
 	return filterCalls(t.ToolCalls, serverTools, false)
 }

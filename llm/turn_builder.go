@@ -20,7 +20,7 @@ type TurnBuilder struct {
 	terminated bool
 	errMsg     string
 
-	// Provider content other than text and tool calls (SPEC §1).
+	// Provider content other than text and tool calls (docs/architecture.md).
 	items  itemList
 	blocks map[int]*rawBlock // Messages: content block index -> block in progress
 	fields []streamField     // Chat: extra delta members, in first-seen order
@@ -121,7 +121,7 @@ func (b *TurnBuilder) Turn() *Turn {
 	return t
 }
 
-// addPart folds an event's provider content into the items (SPEC §1:
+// addPart folds an event's provider content into the items (docs/architecture.md:
 // thinking and signature deltas, whole redacted_thinking blocks, Responses
 // reasoning items, Chat reasoning_content).
 func (b *TurnBuilder) addPart(ev Event) {

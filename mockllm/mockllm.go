@@ -1,4 +1,4 @@
-// Package mockllm is the scripted mock provider (SPEC §12 "Mock provider"):
+// Package mockllm is the scripted mock provider (docs/mock-provider.md "Mock provider"):
 // it serves the three LLM protocols, in JSON and SSE, with canned replies
 // queued through POST /__mock/script, and records every request it gets.
 package mockllm
@@ -21,13 +21,13 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// DefaultAddr is where `chime mockllm` listens (SPEC §12).
+// DefaultAddr is where `chime mockllm` listens (docs/mock-provider.md).
 const DefaultAddr = "127.0.0.1:8788"
 
-// maxBody bounds a request body; coding agents send 1–2 MB (SPEC §2).
+// maxBody bounds a request body; coding agents send 1–2 MB (docs/protocols.md).
 const maxBody = 64 << 20
 
-// Reply is one canned reply in canonical form (SPEC §12).
+// Reply is one canned reply in canonical form (docs/configuration.md).
 type Reply struct {
 	Text      string     `json:"text,omitempty"`
 	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
@@ -72,7 +72,7 @@ type RecordedRequest struct {
 	// when the client went away first).
 	Status int `json:"status,omitempty"`
 	// Rejection is why the mock refused the request as the real provider
-	// would (SPEC §12); it is also sent in the RejectionHeader.
+	// would (docs/configuration.md); it is also sent in the RejectionHeader.
 	Rejection string `json:"rejection,omitempty"`
 }
 
@@ -103,7 +103,7 @@ type Server struct {
 	requests []*RecordedRequest
 	served   int
 	idSeq    int
-	// What the mock issued, for the rules that depend on it (SPEC §12).
+	// What the mock issued, for the rules that depend on it (docs/mock-provider.md).
 	issuedToolUse map[string]bool     // Messages tool_use id → came with a thinking block
 	issuedFC      map[string]string   // Responses function_call item id → its reasoning item id ("" if none)
 	issuedRS      map[string]bool     // Responses reasoning item ids
@@ -176,7 +176,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // ServeHTTP routes the control endpoints and the three provider paths.
 // A provider request the real API would refuse gets its 400 without
-// consuming a scripted reply (SPEC §12); it is recorded all the same.
+// consuming a scripted reply (docs/configuration.md); it is recorded all the same.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/__mock/script":
@@ -244,7 +244,7 @@ func headerSafe(s string) string {
 }
 
 // next pops the next scripted reply, or the default text "ok" with finish
-// stop (SPEC §12), plans its rendering and remembers what it issues.
+// stop (docs/configuration.md), plans its rendering and remembers what it issues.
 func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -398,7 +398,7 @@ func (s *Server) handleRequests(w http.ResponseWriter, r *http.Request) {
 }
 
 // ParseScript reads a POST /__mock/script body: one reply object or an
-// array of them. Bad input gets an error saying what is wrong (SPEC §14).
+// array of them. Bad input gets an error saying what is wrong (docs/failures.md).
 func ParseScript(body []byte) ([]Reply, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {

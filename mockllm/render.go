@@ -16,7 +16,7 @@ import (
 const chunkBytes = 8
 
 // plan is one reply ready to render: the canonical turn plus what llm's
-// renderers do not know (SPEC §12 scripted thinking): the thinking text and
+// renderers do not know (docs/configuration.md scripted thinking): the thinking text and
 // its signature, the Responses reasoning item and realistic item ids.
 type plan struct {
 	p        llm.Protocol

@@ -2,7 +2,7 @@ package mockllm
 
 // These tests point the official SDKs' clients at the mock provider and at
 // spliced streams, and compare what each SDK accumulates with the canonical
-// turn (task: real clients; SPEC §1 response path, §2).
+// turn (task: real clients; docs/architecture.md#response-path, §2).
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func sdkCases() []sdkCase {
 	clockOne.ToolCalls = []llm.ToolCall{{ID: "call_clk", Name: "clock", Arguments: `{"action":"get","items":[],"taskId":""}`}}
 	clockOne.Finish = llm.Finish{Reason: llm.FinishToolCalls}
 	heldOne := *partOne
-	heldOne.Finish = llm.Finish{Reason: llm.FinishLength} // a hold also follows a length finish (SPEC §8)
+	heldOne.Finish = llm.Finish{Reason: llm.FinishLength} // a hold also follows a length finish (docs/continuation.md#holds)
 	return []sdkCase{
 		{name: "text", reply: Reply{Text: "Hello from the mock provider, streamed in pieces. Ünïcødé too: 日本語."},
 			want: &llm.Turn{Text: "Hello from the mock provider, streamed in pieces. Ünïcødé too: 日本語.", Finish: llm.Finish{Reason: llm.FinishStop}}},

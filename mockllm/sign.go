@@ -11,7 +11,7 @@ import (
 )
 
 // processKey signs the mock's thinking blocks and reasoning items, so a block
-// that comes back altered or invented fails like on the real APIs (SPEC §12).
+// that comes back altered or invented fails like on the real APIs (docs/configuration.md).
 var processKey = func() []byte {
 	k := make([]byte, 32)
 	if _, err := rand.Read(k); err != nil {

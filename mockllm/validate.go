@@ -12,7 +12,7 @@ import (
 )
 
 // Rejection is the mock's answer to a request the real provider would
-// refuse (SPEC §12 "Mock provider"): an HTTP status and the provider's error
+// refuse (docs/mock-provider.md "Mock provider"): an HTTP status and the provider's error
 // message; Param and Code fill the OpenAI error fields ("" is null).
 type Rejection struct {
 	Status  int    `json:"status"`
@@ -34,7 +34,7 @@ func (r *Rejection) at(param, code string) *Rejection {
 }
 
 // Validate checks body against the documented request rules of protocol p's
-// provider (SPEC §12) and returns the rejection the real API would answer,
+// provider (docs/configuration.md) and returns the rejection the real API would answer,
 // or nil. It uses the server's memory of what it issued (tool_use ids that
 // came with a thinking block, function_call items that came with a
 // reasoning item, responses and their calls) and its signing key.

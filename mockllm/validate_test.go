@@ -278,7 +278,7 @@ func TestClientRequestsAccepted(t *testing.T) {
 }
 
 // TestClientRequestsEditedAccepted: chime's own edits keep the real
-// clients' requests valid (SPEC §2 injected user text): the time tag
+// clients' requests valid (docs/protocols.md#injected-user-text): the time tag
 // appended, then followups with a text turn and with a tool round trip.
 // Claude Code's trailing role:"system" message must not end up between two
 // user turns.

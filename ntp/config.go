@@ -1,4 +1,4 @@
-// Package ntp keeps the host's clock offset from SNTP servers (SPEC §11).
+// Package ntp keeps the host's clock offset from SNTP servers (docs/time.md#ntp).
 // A Tracker syncs in the background, validates every response, persists its
 // state and never blocks a caller: Now and Snapshot only read memory.
 package ntp
@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Defaults of SPEC §11 and §12.
+// Defaults of docs/time.md#ntp, docs/configuration.md.
 var DefaultServers = []string{"time.google.com", "time.cloudflare.com", "pool.ntp.org"}
 
 const (
@@ -45,11 +45,11 @@ func DefaultConfig() Config {
 }
 
 // ConfigFromEnv reads CHIME_NTP, CHIME_NTP_SERVERS and CHIME_NTP_STALE_AFTER
-// (SPEC §12) on top of DefaultConfig. A bad value is an error naming it.
+// (docs/configuration.md) on top of DefaultConfig. A bad value is an error naming it.
 func ConfigFromEnv() (Config, error) { return ApplyEnv(DefaultConfig()) }
 
 // ApplyEnv overrides cfg with the CHIME_NTP* variables that are set, so
-// that they win over the host config file (SPEC §12).
+// that they win over the host config file (docs/configuration.md).
 func ApplyEnv(cfg Config) (Config, error) { return applyLookup(cfg, os.LookupEnv) }
 
 func configFromLookup(lookup func(string) (string, bool)) (Config, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/chimehq/chime/storage"
 )
 
-// Status is the tracker's verdict on its offset (SPEC §11).
+// Status is the tracker's verdict on its offset (docs/time.md#ntp).
 type Status string
 
 const (
@@ -270,10 +270,10 @@ func (t *Tracker) Offset() time.Duration {
 	return t.offset
 }
 
-// Now is the wall clock plus the last good offset (SPEC §5 nowMs).
+// Now is the wall clock plus the last good offset (docs/time.md#time-tag).
 func (t *Tracker) Now() time.Time { return t.clock.Now().Add(t.Offset()) }
 
 // Clock is host time: Now is the tracker's Now (wall clock plus the
 // offset), and its waits are the tracker clock's, on monotonic time
-// (SPEC §9, §11). Hand it to everything that reads or waits for time.
+// (docs/roadmap.md#timer-tools, docs/time.md#ntp). Hand it to everything that reads or waits for time.
 func (t *Tracker) Clock() timesource.Clock { return timesource.WithOffset(t.clock, t.Offset) }

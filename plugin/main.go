@@ -1,4 +1,4 @@
-// Command plugin is chime.wasm, the proxy-wasm HTTP filter (SPEC §1). Build:
+// Command plugin is chime.wasm, the proxy-wasm HTTP filter (docs/architecture.md). Build:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o chime.wasm ./plugin
 //
@@ -7,7 +7,7 @@ package main
 
 import (
 	// The guest has no file system: embed the IANA zone database so every
-	// zone renders in the time tag, DST included (SPEC §5).
+	// zone renders in the time tag, DST included (docs/time.md#time-tag).
 	_ "time/tzdata"
 
 	"github.com/chimehq/chime/plugin/internal/filter"

@@ -1,7 +1,7 @@
-// Package storage is the host's persistent state (SPEC §1, §6, §7, §11):
+// Package storage is the host's persistent state (docs/architecture.md, docs/clock-tool.md, docs/continuation.md, docs/time.md#ntp):
 // sessions, clock tasks, stopMessage state and the NTP state, in one Badger
 // v4 database opened with SyncWrites so that a write that returned nil
-// survives SIGKILL (SPEC §6 "write-through").
+// survives SIGKILL (docs/clock-tool.md "write-through").
 //
 // # Key scheme (version 1)
 //
@@ -11,16 +11,16 @@
 // for one session can never see another's keys ("a" vs "a/b" vs "ab").
 //
 //	v1/s/<sid>/meta              Session
-//	v1/s/<sid>/task/<taskId>     ClockTask            (SPEC §6)
-//	v1/s/<sid>/stop              StopMessage          (SPEC §7)
-//	v1/s/<sid>/directives        AppliedDirectives    (SPEC §4 applied once)
-//	v1/s/<sid>/timer/<id>        reserved: timers     (SPEC §9)
-//	v1/s/<sid>/inbox/<seq>       reserved: per-session deliveries (SPEC §10)
+//	v1/s/<sid>/task/<taskId>     ClockTask            (docs/clock-tool.md)
+//	v1/s/<sid>/stop              StopMessage          (docs/continuation.md)
+//	v1/s/<sid>/directives        AppliedDirectives    (docs/directives.md#applied-once)
+//	v1/s/<sid>/timer/<id>        reserved: timers     (docs/roadmap.md#timer-tools)
+//	v1/s/<sid>/inbox/<seq>       reserved: per-session deliveries (docs/roadmap.md#scheduler-heartbeat-and-delivery)
 //	v1/resv/<rid>                Reservation: request id → reserved task ids
-//	v1/ntp                       NTPState             (SPEC §11)
-//	v1/job/<id>                  reserved: scheduler jobs (SPEC §10)
-//	v1/delivery/<seq>            reserved: delivery queue (SPEC §10)
-//	v1/sysevent/<seq>            reserved: system event queue (SPEC §10)
+//	v1/ntp                       NTPState             (docs/time.md#ntp)
+//	v1/job/<id>                  reserved: scheduler jobs (docs/roadmap.md#scheduler-heartbeat-and-delivery)
+//	v1/delivery/<seq>            reserved: delivery queue (docs/roadmap.md#scheduler-heartbeat-and-delivery)
+//	v1/sysevent/<seq>            reserved: system event queue (docs/roadmap.md#scheduler-heartbeat-and-delivery)
 //
 // <rid> is a request id passed through the same sanitizer as session ids.
 // Values are JSON documents; times are Unix milliseconds.

@@ -17,7 +17,7 @@ const hashedPrefix = "~"
 // ErrEmptyID is returned for an empty session, task or request id.
 var ErrEmptyID = errors.New("storage: empty id")
 
-// SanitizeSessionID maps a session id to the form used inside keys (SPEC §3).
+// SanitizeSessionID maps a session id to the form used inside keys (docs/protocols.md#session-identity).
 // Ids made only of [A-Za-z0-9._-] and at most MaxIDLen bytes are kept as they
 // are; anything else becomes "~" + 40 hex digits of its SHA-256. The mapping
 // is injective in practice, and its output never contains "/".

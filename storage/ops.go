@@ -192,7 +192,7 @@ const MaxDirectiveDigests = 256
 
 // ClaimDirective records digest as applied for the session unless it is
 // already recorded, in one synchronous transaction, and reports whether it
-// was new (SPEC §4). Concurrent claims of one digest: exactly one wins.
+// was new (docs/directives.md). Concurrent claims of one digest: exactly one wins.
 func (s *Store) ClaimDirective(sessionID, digest string) (claimed bool, err error) {
 	if digest == "" {
 		return false, errors.New("storage: empty directive digest")

@@ -1,16 +1,16 @@
 package storage
 
-// Session is one client session seen by the host (SPEC §3). ID is the
+// Session is one client session seen by the host (docs/protocols.md#session-identity). ID is the
 // original, unsanitized id; times are Unix ms.
 type Session struct {
 	ID          string `json:"id"`
 	CreatedAt   int64  `json:"createdAt"`
 	LastSeenAt  int64  `json:"lastSeenAt"`
-	LastChannel string `json:"lastChannel,omitempty"` // SPEC §10: channel of the last interaction
-	Route       string `json:"route,omitempty"`       // SPEC §4: pinned upstream route, "" = none
+	LastChannel string `json:"lastChannel,omitempty"` // docs/roadmap.md#scheduler-heartbeat-and-delivery: channel of the last interaction
+	Route       string `json:"route,omitempty"`       // docs/directives.md: pinned upstream route, "" = none
 }
 
-// ClockTask is one scheduled reminder (SPEC §6; seed 000 §3.1). Times are
+// ClockTask is one scheduled reminder (docs/clock-tool.md; seed 000 §3.1). Times are
 // Unix ms; zero means unset.
 type ClockTask struct {
 	TaskID    string `json:"taskId"`
@@ -29,7 +29,7 @@ type ClockTask struct {
 	CreatedAt    int64  `json:"createdAt"`
 	UpdatedAt    int64  `json:"updatedAt"`
 	// NotBeforeRequestID blocks injection into this request and its
-	// followups ("<id>:…") (SPEC §6 notBeforeRequestId).
+	// followups ("<id>:…") (docs/clock-tool.md#notbeforerequestid).
 	NotBeforeRequestID string `json:"notBeforeRequestId,omitempty"`
 	// DeliveredAt marks the current occurrence delivered; a re-armed
 	// repeating task clears it and keeps LastDeliveredAt.
@@ -40,7 +40,7 @@ type ClockTask struct {
 	ReservedAt      int64  `json:"reservedAt,omitempty"`
 }
 
-// StopMessage is the per-session auto-continue state (SPEC §7).
+// StopMessage is the per-session auto-continue state (docs/continuation.md).
 type StopMessage struct {
 	Text       string `json:"text"`
 	MaxRepeats int    `json:"maxRepeats"`
@@ -50,14 +50,14 @@ type StopMessage struct {
 }
 
 // AppliedDirectives remembers the digests of the directives applied to a
-// session, oldest first, at most MaxDirectiveDigests of them (SPEC §4: the
+// session, oldest first, at most MaxDirectiveDigests of them (docs/directives.md: the
 // same directive at the same position is applied once). A digest is opaque
 // to the store; the host derives it from the directive and its position.
 type AppliedDirectives struct {
 	Digests []string `json:"digests"`
 }
 
-// NTPState is the persisted NTP tracker state (SPEC §11). UpdatedAt is the
+// NTPState is the persisted NTP tracker state (docs/time.md#ntp). UpdatedAt is the
 // time of the last good sync; Error is the last attempt's error, if it failed.
 type NTPState struct {
 	Status    string `json:"status"`
@@ -67,7 +67,7 @@ type NTPState struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// Reservation records which tasks a request reserved (SPEC §6
+// Reservation records which tasks a request reserved (docs/clock-tool.md
 // reservation/commit), so that commit and rollback need only the request id.
 type Reservation struct {
 	RequestID  string   `json:"requestId"`

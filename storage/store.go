@@ -29,7 +29,7 @@ type Store struct {
 var ErrClosed = errors.New("storage: store is closed")
 
 // Open opens (creating if needed) the database in dir, sized for a sidecar:
-// small memtables and caches, two compactors, synchronous writes (SPEC §6).
+// small memtables and caches, two compactors, synchronous writes (docs/clock-tool.md).
 func Open(dir string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -109,7 +109,7 @@ func (s *Store) View(fn func(*Tx) error) error { return s.run(false, fn) }
 
 func (s *Store) run(write bool, fn func(*Tx) error) (err error) {
 	defer func() {
-		// A write failure must reach the caller as an error (SPEC §14).
+		// A write failure must reach the caller as an error (docs/failures.md).
 		if r := recover(); r != nil {
 			err = fmt.Errorf("storage: badger panicked: %v", r)
 		}

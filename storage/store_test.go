@@ -480,14 +480,14 @@ func TestOpenOptions(t *testing.T) {
 	s := openTemp(t)
 	o := s.db.Opts()
 	if !o.SyncWrites {
-		t.Fatal("SyncWrites is off: writes are not write-through (SPEC §6)")
+		t.Fatal("SyncWrites is off: writes are not write-through (docs/clock-tool.md)")
 	}
 	if o.MemTableSize > 8<<20 || o.NumMemtables > 2 || o.BlockCacheSize > 8<<20 || o.NumCompactors != 2 {
 		t.Fatalf("not sized for a sidecar: %+v", o)
 	}
 }
 
-// TestClaimDirective: a digest is claimed once per session (SPEC §4), the
+// TestClaimDirective: a digest is claimed once per session (docs/directives.md), the
 // claim survives a reopen, is per session, bounded to the newest
 // MaxDirectiveDigests, and can be released.
 func TestClaimDirective(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 // newConfigCommand is `chime config`: tools for the host config file
-// (SPEC §12).
+// (docs/configuration.md).
 func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",

@@ -82,7 +82,7 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-// TestHostFlagsPrecedence: defaults < file < env < flags (SPEC §12).
+// TestHostFlagsPrecedence: defaults < file < env < flags (docs/configuration.md).
 func TestHostFlagsPrecedence(t *testing.T) {
 	for _, k := range []string{"CHIME_DATA_DIR", "CHIME_NTP", "CHIME_NTP_SERVERS", "CHIME_NTP_STALE_AFTER", host.ConfigEnv} {
 		t.Setenv(k, "")

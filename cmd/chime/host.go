@@ -9,7 +9,7 @@ import (
 )
 
 // hostFlags pick the host config file and override it and the environment
-// (SPEC §12: defaults < file < env < flags).
+// (docs/configuration.md: defaults < file < env < flags).
 type hostFlags struct {
 	config  string
 	addr    string

@@ -1,4 +1,4 @@
-// Command chime is the single chime binary (SPEC §12 CLI): the local
+// Command chime is the single chime binary (docs/configuration.md#cli): the local
 // Envoy-compatible proxy, the host service, the mock provider and helpers,
 // each as a subcommand.
 package main

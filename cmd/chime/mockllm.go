@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/mockllm"
 )
 
-// defaultMockAddr is the mock provider's address (SPEC §12).
+// defaultMockAddr is the mock provider's address (docs/mock-provider.md).
 const defaultMockAddr = "127.0.0.1:8788"
 
 func newMockLLMCommand() *cobra.Command {

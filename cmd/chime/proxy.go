@@ -12,7 +12,7 @@ import (
 	"github.com/chimehq/chime/envoy"
 )
 
-// proxyFlags are the knobs of the local runtime (SPEC §13) that are not in
+// proxyFlags are the knobs of the local runtime (docs/local-runtime.md) that are not in
 // envoy.yaml because Envoy takes them on its command line too.
 type proxyFlags struct {
 	config      string

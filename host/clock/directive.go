@@ -10,7 +10,7 @@ import (
 	"github.com/chimehq/chime/hostapi"
 )
 
-// ApplyDirective applies a clock or clock:clear directive (SPEC §4) for the
+// ApplyDirective applies a clock or clock:clear directive (docs/directives.md) for the
 // request requestID of the session: it schedules the directive's task like
 // the tool's schedule, or deletes all of the session's tasks.
 func (e *Engine) ApplyDirective(ctx context.Context, sessionID, requestID string, d hostapi.HostDirective) error {
@@ -33,7 +33,7 @@ func (e *Engine) ApplyDirective(ctx context.Context, sessionID, requestID string
 }
 
 // ApplyClear deletes all of the session's tasks, synchronously on disk
-// (SPEC §4 `<**clock:clear**>`), and returns how many it removed.
+// (docs/directives.md `<**clock:clear**>`), and returns how many it removed.
 func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) {
 	if sessionID == "" {
 		return 0, ErrNoSession
@@ -44,7 +44,7 @@ func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) 
 }
 
 // ScheduleFromDirective schedules what the user wrote in
-// `<**clock:{"dueAt":"…","task":"…"}**>` (SPEC §4): one item object, or an
+// `<**clock:{"dueAt":"…","task":"…"}**>` (docs/directives.md): one item object, or an
 // array of them, with the fields of the tool's items[]. The error text is
 // the reason, suitable for logs.
 func (e *Engine) ScheduleFromDirective(ctx context.Context, sessionID, requestID, payload string) ([]Scheduled, error) {

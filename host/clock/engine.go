@@ -1,4 +1,4 @@
-// Package clock is the host's clock-task engine (SPEC §6; seeds 000, 001):
+// Package clock is the host's clock-task engine (docs/clock-tool.md; seeds 000, 001):
 // the `clock` server tool, due-reminder reservation and commit, the
 // clock directives, and the expiry sweep. It is pure logic over
 // [storage.Store] with an injected clock, called by the host's HTTP API.
@@ -20,7 +20,7 @@ import (
 	"github.com/chimehq/chime/storage"
 )
 
-// Defaults of SPEC §6.
+// Defaults of docs/clock-tool.md.
 const (
 	DefaultDueWindow      = 60 * time.Second
 	DefaultRetention      = 20 * time.Minute
@@ -77,7 +77,7 @@ type Engine struct {
 	locs  map[string]*time.Location
 }
 
-// New builds an Engine; zero durations take the SPEC §6 defaults.
+// New builds an Engine; zero durations take the docs/clock-tool.md#due-and-expiry.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("clock: Config.Store is required")
@@ -127,7 +127,7 @@ func (e *Engine) location(ctx context.Context) *time.Location {
 	return e.cfg.Location
 }
 
-// --- task predicates (SPEC §6 Semantics) ---
+// --- task predicates (docs/clock-tool.md Semantics) ---
 
 func (e *Engine) isDue(t storage.ClockTask, now time.Time) bool {
 	return now.UnixMilli() >= t.DueAt-e.cfg.DueWindow.Milliseconds()
@@ -204,7 +204,7 @@ func newTaskID() string {
 	return "clk_" + hex.EncodeToString(b[:])
 }
 
-// Time renderings shared with the time tag (SPEC §5).
+// Time renderings shared with the time tag (docs/time.md#time-tag).
 const (
 	utcLayout   = "2006-01-02T15:04:05.000Z"
 	localLayout = "2006-01-02 15:04:05.000 -07:00"

@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/storage"
 )
 
-// Sweep deletes expired tasks across all sessions (SPEC §6: now > dueAt +
+// Sweep deletes expired tasks across all sessions (docs/clock-tool.md: now > dueAt +
 // retention). An expired repeating task that still has runs left re-arms to
 // its next occurrence instead. A due but undelivered task is kept until it
 // expires. Orphaned reservation records are dropped too. It returns the
@@ -100,7 +100,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // NextDue returns the earliest instant at which a pending task of the
 // session becomes due (dueAt − dueWindow) and could be injected into
-// requestID's chain, for holds (SPEC §8). Delivered, expired, blocked and
+// requestID's chain, for holds (docs/continuation.md#holds). Delivered, expired, blocked and
 // foreign-reserved tasks are skipped. ok is false when there is none or on
 // a storage error.
 func (e *Engine) NextDue(ctx context.Context, sessionID, requestID string) (time.Time, bool) {

@@ -22,7 +22,7 @@ var dueAtLayouts = []string{
 // error can say exactly that.
 var offsetlessLayouts = []string{"2006-01-02T15:04:05.999999999", "2006-01-02T15:04", "2006-01-02 15:04:05.999999999", "2006-01-02 15:04"}
 
-// parseDueAt parses an ISO8601 time with an explicit offset (SPEC §6). The
+// parseDueAt parses an ISO8601 time with an explicit offset (docs/clock-tool.md). The
 // result keeps the offset it was written with.
 func parseDueAt(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
@@ -46,7 +46,7 @@ func parseDueAt(s string) (time.Time, error) {
 // re-armed occurrence is not due the moment it is armed.
 const minEvery = time.Minute
 
-// cronParser accepts exactly the 5 standard fields (SPEC §6), plus an
+// cronParser accepts exactly the 5 standard fields (docs/clock-tool.md), plus an
 // optional CRON_TZ= prefix.
 var cronParser = cron.MustNewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 

@@ -26,7 +26,7 @@ type Reminder struct {
 var ErrNoRequestID = errors.New("clock: request id required")
 
 // Reserve marks the session's due tasks as reserved by requestID and returns
-// them for injection (SPEC §6 reservation). A task is due when now >= dueAt −
+// them for injection (docs/clock-tool.md#reservation-commit-and-rollback). A task is due when now >= dueAt −
 // dueWindow, not expired, not delivered, not blocked for this request by
 // notBeforeRequestId, and not reserved by another request within
 // ReservationTTL. Reserving again for the same request is idempotent. No
@@ -122,7 +122,7 @@ func (e *Engine) injectable(t storage.ClockTask, requestID string, now time.Time
 		!blockedFor(t, requestID) && !e.reservedByOther(t, requestID, now)
 }
 
-// Commit records delivery of everything requestID reserved (SPEC §6: when
+// Commit records delivery of everything requestID reserved (docs/clock-tool.md: when
 // the response starts to reach the client): deliveredAt, deliveryCount+1,
 // and repeating tasks re-arm to their next occurrence unless maxRuns is
 // reached. It returns how many tasks it committed; an unknown request id
@@ -195,10 +195,10 @@ func (e *Engine) finish(requestID string, fn func(*storage.ClockTask)) (int, err
 	return n, nil
 }
 
-// ReminderFooter ends every injected reminder item (SPEC §6).
+// ReminderFooter ends every injected reminder item (docs/clock-tool.md).
 const ReminderFooter = "You may call tools to do these tasks."
 
-// RenderReminders is the exact user text injected for due tasks (SPEC §6):
+// RenderReminders is the exact user text injected for due tasks (docs/clock-tool.md):
 // one line per task, `[scheduled task:"<task>"]`, then the suggested tool
 // and arguments when present, and a final line saying tools may be used.
 // It returns "" for no reminders.

@@ -14,7 +14,7 @@ import (
 	"github.com/chimehq/chime/storage"
 )
 
-// toolArgs is the strict `clock` schema (SPEC §6): unused fields arrive as
+// toolArgs is the strict `clock` schema (docs/clock-tool.md): unused fields arrive as
 // "" or [].
 type toolArgs struct {
 	Action string    `json:"action"`
@@ -63,7 +63,7 @@ type errorResult struct {
 }
 
 // Execute runs one `clock` tool call for the requesting session and returns
-// its JSON result (SPEC §6). Every failure — bad input, no session, unknown
+// its JSON result (docs/clock-tool.md). Every failure — bad input, no session, unknown
 // task, storage — is a result with ok:false, never a Go error.
 func (e *Engine) Execute(ctx context.Context, sessionID, requestID string, args json.RawMessage) json.RawMessage {
 	var a toolArgs
@@ -365,7 +365,7 @@ func (e *Engine) zoneFor(ctx context.Context, due time.Time) string {
 	return loc.String()
 }
 
-// stampIfInWindow applies notBeforeRequestId (SPEC §6): a task already due
+// stampIfInWindow applies notBeforeRequestId (docs/clock-tool.md): a task already due
 // when written is not injected into the writing request's own chain.
 func (e *Engine) stampIfInWindow(t *storage.ClockTask, requestID string, now time.Time) {
 	t.NotBeforeRequestID = ""

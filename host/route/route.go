@@ -1,4 +1,4 @@
-// Package route is the host's route pin (SPEC §4 `<**route:NAME**>`,
+// Package route is the host's route pin (docs/directives.md `<**route:NAME**>`,
 // `<**route:clear**>`): a session's chosen upstream route, kept on its
 // session record and returned in every prepare answer so the filter can
 // route the session's requests by it.

@@ -19,7 +19,7 @@ type state interface {
 	Consume(sessionID string, now time.Time) (string, bool, error)
 }
 
-// step is the stopMessage continuation of the followup chain (SPEC §7).
+// step is the stopMessage continuation of the followup chain (docs/continuation.md).
 type step struct {
 	state state
 	log   *slog.Logger
@@ -27,7 +27,7 @@ type step struct {
 
 // Step is the chain step that answers a stopped turn with the session's
 // stopMessage text. It goes after the server-tool step and before the
-// hold (SPEC §7 priority). logger nil means slog.Default().
+// hold (docs/continuation.md#priority). logger nil means slog.Default().
 func (m *Messages) Step(logger *slog.Logger) resolve.Step {
 	if logger == nil {
 		logger = slog.Default()

@@ -34,7 +34,7 @@ func stoppedChain() *resolvetest.Chain {
 }
 
 // A stopped turn of a session with an active state continues with the
-// text, and used+1 is on disk when the followup is handed back (SPEC §7).
+// text, and used+1 is on disk when the followup is handed back (docs/continuation.md).
 func TestStepTriggers(t *testing.T) {
 	t.Parallel()
 	m, s := newStep(t, 2)
@@ -104,7 +104,7 @@ func (failingState) Consume(string, time.Time) (string, bool, error) {
 	return "", false, errors.New("disk full")
 }
 
-// A use that cannot be written sends nothing and ends the chain (SPEC §7).
+// A use that cannot be written sends nothing and ends the chain (docs/continuation.md).
 func TestStepWriteFailure(t *testing.T) {
 	t.Parallel()
 	s := &step{state: failingState{}, log: slog.New(slog.DiscardHandler)}

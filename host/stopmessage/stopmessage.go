@@ -1,9 +1,9 @@
-// Package stopmessage is the host's stopMessage feature (SPEC §7): the
+// Package stopmessage is the host's stopMessage feature (docs/continuation.md): the
 // `<**stopMessage:"text",N**>` and `<**stopMessage:clear**>` directives,
 // the per-session state {text, maxRepeats, used, updatedAt, lastUsedAt}
 // on disk, and the continuation step that answers a stopped turn with the
 // text. All state goes through the storage package's StopMessage methods,
-// written through (SPEC §6).
+// written through (docs/clock-tool.md).
 package stopmessage
 
 import (
@@ -28,7 +28,7 @@ type Messages struct{ store *storage.Store }
 func New(store *storage.Store) *Messages { return &Messages{store: store} }
 
 // ApplyDirective applies a stopMessage or stopMessage:clear directive
-// (SPEC §4, §7). Setting replaces the state and resets used to 0; N = 0
+// (docs/directives.md, docs/continuation.md). Setting replaces the state and resets used to 0; N = 0
 // means the default (llm.DefaultStopMessageRepeats); clear deletes it.
 func (m *Messages) ApplyDirective(sessionID string, d hostapi.HostDirective, now time.Time) error {
 	if sessionID == "" {
@@ -66,7 +66,7 @@ func (m *Messages) Active(sessionID string) bool {
 
 // Consume takes one repeat: it persists used+1 and lastUsedAt in one
 // transaction, so two chains of a session cannot both take the last one
-// (SPEC §7), and returns the text. ok is false when the state is gone or
+// (docs/continuation.md), and returns the text. ok is false when the state is gone or
 // used up.
 func (m *Messages) Consume(sessionID string, now time.Time) (text string, ok bool, err error) {
 	err = m.store.Update(func(tx *storage.Tx) error {

@@ -125,7 +125,7 @@ func TestActiveAndConsume(t *testing.T) {
 	}
 }
 
-// SPEC §7: two chains of one session cannot both take the last repeat.
+// docs/continuation.md: two chains of one session cannot both take the last repeat.
 func TestConsumeLastRepeatOnce(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)

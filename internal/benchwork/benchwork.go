@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/llm"
 )
 
-// TimeTag is a representative SPEC §5 time tag.
+// TimeTag is a representative docs/time.md#time-tag.
 const TimeTag = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`"
 
 // Edit performs what the filter does to a Chat request: parse, read

@@ -1,5 +1,5 @@
 // Package proxywasmabi is chime's one catalogue of the proxy-wasm ABI
-// v0.2.x as Envoy implements it (SPEC §13): status codes, the buffer, map,
+// v0.2.x as Envoy implements it (docs/local-runtime.md): status codes, the buffer, map,
 // stream, metric and log-level enums, the header-map (pairs) codec, the
 // signatures of every host function and guest callback, and the WASI
 // functions each Envoy release provides.

@@ -1,6 +1,6 @@
 // Package ssecheck validates a complete SSE stream as a client receives it,
 // independently of package llm's reader and renderers, so tests of the
-// filter, the splicer and the whole stack share one oracle for SPEC §1
+// filter, the splicer and the whole stack share one oracle for docs/architecture.md
 // (response path, SSE): valid framing for each protocol, one start and one
 // terminal event, and one assistant answer: at most one text block
 // (Messages) or message item with one part (Responses), nothing else
@@ -26,7 +26,7 @@ type Result struct {
 	Types      []string // every event's type, in order ("[DONE]" for Chat's end)
 }
 
-// Protocol names, as the three API paths (SPEC §2) name them.
+// Protocol names, as the three API paths (docs/protocols.md) name them.
 const (
 	Chat      = "chat"
 	Responses = "responses"

@@ -3,7 +3,7 @@
 // time package, so tests drive it with a [clockwork.FakeClock] (Advance,
 // BlockUntilContext) instead of sleeping.
 //
-// The name avoids host/clock, which is the `clock` tool (SPEC §6). The
+// The name avoids host/clock, which is the `clock` tool (docs/clock-tool.md). The
 // fake is github.com/jonboulle/clockwork rather than hand-written:
 // dependency-free, with Advance, BlockUntilContext (wait until N waits are
 // pending, so a test knows a hold is armed) and fake-clock contexts;
@@ -12,18 +12,18 @@
 // # Two kinds of time
 //
 //   - Host time is what Now returns on the host's clock: the wall clock plus
-//     the NTP offset (SPEC §5 nowMs, §6 "time comes from the host", §11). It
+//     the NTP offset (docs/time.md#time-tag, §6 "time comes from the host", §11). It
 //     is what dueAt, expiry, stopMessage timestamps and the time tag compare
 //     against. ntp.Tracker.Clock gives that clock, built with [WithOffset].
 //   - Waits (After, NewTimer, NewTicker, AfterFunc, Sleep) count a duration
 //     on monotonic time. An NTP step or a wall-clock jump neither stretches
-//     nor cuts a wait that is under way (SPEC §9).
+//     nor cuts a wait that is under way (docs/roadmap.md#timer-tools).
 //
 // Code that waits for an instant of host time converts it to a duration
 // once (Until) and waits on that. A long wait must re-arm and convert again,
 // so a changed offset is picked up: [WaitUntil] does that in steps of at
-// most [MaxStep] (the scheduler's "re-arm at least every 60 s", SPEC §10).
-// Timers that wait on a duration (SPEC §9 timer tools) wait with NewTimer
+// most [MaxStep] (the scheduler's "re-arm at least every 60 s", docs/roadmap.md#scheduler-heartbeat-and-delivery).
+// Timers that wait on a duration (docs/roadmap.md#timer-tools timer tools) wait with NewTimer
 // and keep their remaining time as a duration; pause is Stop plus the
 // remaining time, resume is a new timer of that remaining time. Several
 // concurrent waits are several timers of the one clock.
@@ -47,7 +47,7 @@ type Timer = clockwork.Timer
 // Ticker is a periodic wait (time.Ticker).
 type Ticker = clockwork.Ticker
 
-// MaxStep is the longest single wait of WaitUntil (SPEC §10: timers re-arm
+// MaxStep is the longest single wait of WaitUntil (docs/roadmap.md#scheduler-heartbeat-and-delivery: timers re-arm
 // at least every 60 s).
 const MaxStep = 60 * time.Second
 
@@ -63,7 +63,7 @@ func OrReal(c Clock) Clock {
 }
 
 // WithOffset is base with offset() added to Now, Since and Until: host time
-// (SPEC §5 nowMs = wall clock + ntpOffsetMs). The waits are base's, on
+// (docs/time.md#time-tag = wall clock + ntpOffsetMs). The waits are base's, on
 // monotonic time, so a change of offset never moves a wait under way.
 func WithOffset(base Clock, offset func() time.Duration) Clock {
 	return offsetClock{Clock: base, offset: offset}

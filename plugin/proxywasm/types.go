@@ -1,6 +1,6 @@
 // Package proxywasm is chime's own proxy-wasm ABI v0.2.1 guest layer for the
 // standard Go toolchain (GOOS=wasip1, -buildmode=c-shared), shaped like the
-// proxy-wasm Go SDK (SPEC §1: the filter talks to Envoy only through this
+// proxy-wasm Go SDK (docs/architecture.md: the filter talks to Envoy only through this
 // ABI).
 //
 // A plugin calls SetVMContext from an init function; the host then drives

@@ -1,6 +1,6 @@
 // Package config loads an Envoy bootstrap (envoy.yaml) with Envoy's own API
 // types and translates the subset the chime proxy runs into a small model
-// (SPEC §13 "Config subset"). A file Envoy rejects is rejected here too;
+// (docs/local-runtime.md "Config subset"). A file Envoy rejects is rejected here too;
 // a valid file that uses something this runtime does not implement gets an
 // error naming that field rather than being half-run.
 package config
@@ -246,7 +246,7 @@ type Cluster struct {
 	TLS *UpstreamTLS
 }
 
-// UpstreamTLS is a cluster's UpstreamTlsContext (SPEC §12/§13: a public
+// UpstreamTLS is a cluster's UpstreamTlsContext (docs/configuration.md, docs/local-runtime.md: a public
 // provider behind cluster llm).
 type UpstreamTLS struct {
 	// SNI is the server_name sent ("" sends none, as in Envoy).

@@ -18,7 +18,7 @@ type Override struct {
 }
 
 // OverrideUpstream points a cluster at a base URL such as
-// https://api.openai.com or http://127.0.0.1:9000 (SPEC §12 `--upstream`,
+// https://api.openai.com or http://127.0.0.1:9000 (docs/configuration.md `--upstream`,
 // CHIME_UPSTREAM). The cluster's endpoints become the URL's host:port
 // (STATIC for an IP, LOGICAL_DNS for a name); https enables TLS with
 // SNI = host, verified against the system roots, http turns TLS off; routes

@@ -2,7 +2,7 @@
 // (envoy/internal/proxy) and the HTTP filters it runs (the wasm filter in
 // envoy/internal/wasmhost). It mirrors Envoy's StreamDecoderFilter /
 // StreamEncoderFilter model closely enough that proxy-wasm semantics
-// (SPEC §13) can be expressed exactly:
+// (docs/local-runtime.md) can be expressed exactly:
 //
 //   - Filter methods are called from the stream's own goroutine, one at a
 //     time, in Envoy's order.
@@ -120,7 +120,7 @@ type Filter interface {
 	DecodeHeaders(h *Headers, endStream bool) HeadersStatus
 	DecodeData(body *Buffer, endStream bool) DataStatus
 	DecodeTrailers(t *Headers) TrailersStatus
-	// Encoder (response) side. For a local reply these run too (SPEC §13:
+	// Encoder (response) side. For a local reply these run too (docs/local-runtime.md:
 	// send_local_response goes through the encoder filters).
 	EncodeHeaders(h *Headers, endStream bool) HeadersStatus
 	EncodeData(body *Buffer, endStream bool) DataStatus
@@ -161,7 +161,7 @@ type Callbacks interface {
 }
 
 // StreamInfo carries what proxy-wasm properties expose about a stream
-// (SPEC §13: the common Envoy attribute paths).
+// (docs/local-runtime.md: the common Envoy attribute paths).
 type StreamInfo struct {
 	ID              uint64
 	Worker          int // worker index this stream's connection is bound to (VM affinity)

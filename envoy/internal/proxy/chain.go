@@ -3,7 +3,7 @@ package proxy
 import "github.com/chimehq/chime/envoy/internal/httpfilter"
 
 // chain iterates one direction of the filter chain with Envoy's
-// StreamFilter semantics (SPEC §13). Decoding runs the filters in config
+// StreamFilter semantics (docs/local-runtime.md). Decoding runs the filters in config
 // order and ends at the router; encoding runs them in reverse and ends at
 // the downstream writer. Every method runs on the stream goroutine.
 type chain struct {

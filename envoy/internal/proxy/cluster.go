@@ -23,7 +23,7 @@ import (
 
 // Clusters is the cluster manager: one connection pool per cluster,
 // endpoints picked per request. It implements httpfilter.HTTPCaller for
-// proxy_http_call (SPEC §13).
+// proxy_http_call (docs/local-runtime.md).
 type Clusters struct {
 	byName map[string]*cluster
 	stats  *stats.Store

@@ -1,6 +1,6 @@
 // Package proxy is the HTTP data plane of the chime proxy: Envoy's HTTP
 // connection manager, router and cluster manager semantics over net/http,
-// driving httpfilter.Filter chains per stream (SPEC §13).
+// driving httpfilter.Filter chains per stream (docs/local-runtime.md).
 package proxy
 
 import (

@@ -1,4 +1,4 @@
-// Package stats is the runtime's stat store (SPEC §13: wasm metrics are
+// Package stats is the runtime's stat store (docs/local-runtime.md: wasm metrics are
 // exposed on the admin's Prometheus endpoint). It names and renders stats
 // the way Envoy does:
 //

@@ -1,5 +1,5 @@
 // Package wasmhost runs proxy-wasm v0.2.1 modules under wazero with Envoy's
-// semantics (SPEC §13): the host side of the ABI as Envoy 1.38's
+// semantics (docs/local-runtime.md): the host side of the ABI as Envoy 1.38's
 // proxy-wasm-cpp-host and source/extensions/common/wasm implement it.
 //
 // Layout: factory.go (module validation, worker VMs, lifecycle), vm.go (one
@@ -68,7 +68,7 @@ func compilationCache(dir string) (wazero.CompilationCache, error) {
 }
 
 // Factory is the wasm filter factory: one VM per worker, each serving every
-// stream bound to that worker (SPEC §13 "one VM per worker, never one per
+// stream bound to that worker (docs/local-runtime.md "one VM per worker, never one per
 // request").
 type Factory struct {
 	cfg     httpfilter.WasmConfig

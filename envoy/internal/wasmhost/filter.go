@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
-// stream is one HTTP stream context (SPEC §13), the Go counterpart of
+// stream is one HTTP stream context (docs/local-runtime.md), the Go counterpart of
 // Envoy's Wasm Context for an HTTP filter. All fields are guarded by vm.mu
 // (host functions read them during calls).
 type stream struct {

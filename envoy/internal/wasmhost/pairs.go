@@ -6,7 +6,7 @@ import (
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
-// encodePairs serializes a header map with the ABI's pairs codec (SPEC §13).
+// encodePairs serializes a header map with the ABI's pairs codec (docs/local-runtime.md).
 func encodePairs(h httpfilter.Headers) []byte {
 	return abi.EncodePairsFunc(len(h), func(i int) (string, string) { return h[i].Key, h[i].Value })
 }

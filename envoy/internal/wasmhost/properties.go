@@ -27,7 +27,7 @@ func propBool(v bool) []byte {
 }
 
 // property answers proxy_get_property for the common Envoy attribute paths
-// (SPEC §13). Path segments are NUL-separated ("request\x00path"). s is nil
+// (docs/local-runtime.md). Path segments are NUL-separated ("request\x00path"). s is nil
 // for the root context, which has no stream info.
 func (vm *vmInstance) property(s *stream, path string) ([]byte, abi.Status) {
 	parts := abi.SplitPropertyPath(path)

@@ -1,4 +1,4 @@
-// Package metrics holds the host's Prometheus instruments (SPEC §12
+// Package metrics holds the host's Prometheus instruments (docs/configuration.md
 // `/metrics`). Each Service has its own registry, so several services can
 // live in one process (tests) without colliding.
 package metrics
@@ -31,7 +31,7 @@ type Metrics struct {
 	Reservations *prometheus.CounterVec
 	// Directives counts directives applied, by kind; DirectiveErrors those
 	// skipped; DirectiveDuplicates those already applied at their position
-	// (SPEC §4).
+	// (docs/directives.md).
 	Directives          *prometheus.CounterVec
 	DirectiveErrors     *prometheus.CounterVec
 	DirectiveDuplicates *prometheus.CounterVec
@@ -39,13 +39,13 @@ type Metrics struct {
 	ToolCalls *prometheus.CounterVec
 	// Followups counts followups sent by kind (tool, stop, hold); Chains
 	// resolve calls by the reason their chain ended; Holds holds by outcome
-	// (SPEC §7, §8).
+	// (docs/continuation.md, docs/continuation.md#holds).
 	Followups *prometheus.CounterVec
 	Chains    *prometheus.CounterVec
 	Holds     *prometheus.CounterVec
 	// FollowupFailures counts followups that failed, by kind and code (the
 	// HTTP status, "none" without an answer, "unsent" when it could not be
-	// built); the client got the last good turn with a note (SPEC §14).
+	// built); the client got the last good turn with a note (docs/failures.md).
 	FollowupFailures *prometheus.CounterVec
 }
 
@@ -106,7 +106,7 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
 }
 
-// ntpStatuses are every value of chime_ntp_status's label (SPEC §11).
+// ntpStatuses are every value of chime_ntp_status's label (docs/time.md#ntp).
 var ntpStatuses = []ntp.Status{ntp.StatusOK, ntp.StatusStale, ntp.StatusError, ntp.StatusDisabled}
 
 var (

@@ -31,7 +31,7 @@ type chain struct {
 	seen       map[[32]byte]int
 	compaction bool
 	// failure is the short reason of a failed followup ("" if none): the
-	// client's text gets a note with it (SPEC §14).
+	// client's text gets a note with it (docs/failures.md).
 	failure string
 }
 
@@ -52,7 +52,7 @@ func (c *chain) NextID(kind string) string {
 	return c.req.RequestID + ":" + kind + strconv.Itoa(c.hops+1)
 }
 
-// Guard is the hop guard: at most MaxHops followups per chain (SPEC §7).
+// Guard is the hop guard: at most MaxHops followups per chain (docs/continuation.md).
 func (c *chain) Guard() string {
 	if c.hops >= c.r.cfg.MaxHops {
 		return ReasonMaxHops
@@ -61,7 +61,7 @@ func (c *chain) Guard() string {
 }
 
 // run loops until the chain ends and returns why. After each turn the
-// steps decide in their order (SPEC §7 priorities); the first one that
+// steps decide in their order (docs/continuation.md#the-followup-chain); the first one that
 // continues the turn gets its followup sent. The cancel, duration and
 // repetition guards are checked here, the hop guard by the steps through
 // Guard before they act.
@@ -157,7 +157,7 @@ func (c *chain) fail(kind, code, reason string) {
 	c.failure = reason
 }
 
-// post sends a followup through the proxy listener (SPEC §1) and parses
+// post sends a followup through the proxy listener (docs/architecture.md) and parses
 // the JSON answer. status is 0 when no response arrived. The error says
 // what failed in a few words, fit for the client's note and the log: the
 // status and the provider's error type and message, never the request.
@@ -265,12 +265,12 @@ func copyHeaders(dst http.Header, src map[string]string) {
 	}
 }
 
-// answer folds the chain's followup turns into the continuation (SPEC §1:
+// answer folds the chain's followup turns into the continuation (docs/architecture.md:
 // text in order, the last turn's tool calls and finish, usage summed).
 // Server-tool calls never reach the client: a last turn left with only
 // those ends as a plain stop.
 //
-// A failed followup is never silent (SPEC §14): the continuation is the
+// A failed followup is never silent (docs/failures.md): the continuation is the
 // last good turn (the followups that came back, or nothing more than the
 // original) with a note saying the continuation failed.
 func (c *chain) answer(reason string) hostapi.ResolveResponse {

@@ -1,4 +1,4 @@
-// Package resolve is the host side of the response path (SPEC §1, §7, §8):
+// Package resolve is the host side of the response path (docs/architecture.md, docs/continuation.md, docs/continuation.md#holds):
 // given a finished upstream turn, it runs the followup chain — asks its
 // steps in priority order how the turn continues, sends each followup back
 // through the proxy listener, and loops until the chain ends or a loop
@@ -44,7 +44,7 @@ const (
 )
 
 // FailureNote is the text appended to the last good turn when a followup
-// fails (SPEC §14: never a silent truncation); %s is the provider's status
+// fails (docs/failures.md: never a silent truncation); %s is the provider's status
 // and a short reason.
 const FailureNote = "[chime: the continuation failed: %s]"
 
@@ -54,7 +54,7 @@ const (
 	FailureUnsent   = "unsent" // the followup could not be built
 )
 
-// Defaults of SPEC §7.
+// Defaults of docs/continuation.md.
 const (
 	DefaultMaxHops          = 8
 	DefaultMaxDuration      = 15 * time.Minute
@@ -76,7 +76,7 @@ var (
 type Observer interface {
 	Followup(kind string)
 	// FollowupFailed counts a followup that failed: code is its HTTP status,
-	// FailureNoAnswer or FailureUnsent (SPEC §14).
+	// FailureNoAnswer or FailureUnsent (docs/failures.md).
 	FollowupFailed(kind, code string)
 	Chain(reason string)
 }
@@ -84,7 +84,7 @@ type Observer interface {
 // Config wires a Resolver. Token and Steps are required.
 type Config struct {
 	Token string // signs hostapi.HeaderFollowup
-	// Steps are the ways a turn can continue, in SPEC §7's priority
+	// Steps are the ways a turn can continue, in docs/continuation.md's priority
 	// order: server tools, then stopMessage, then a hold.
 	Steps    []Step
 	Observer Observer
@@ -220,7 +220,7 @@ func validate(req *hostapi.ResolveRequest, defaultReentry string) (llm.Protocol,
 	return p, nil
 }
 
-// Resolve runs the followup chain of one finished turn (SPEC §1 response
+// Resolve runs the followup chain of one finished turn (docs/architecture.md response
 // path) and answers once it ends. ctx is the filter's callout: when it ends
 // the chain is cancelled, as by Cancel. The error wraps ErrBadRequest for
 // invalid input; a chain never fails, it ends with a Reason.
@@ -231,7 +231,7 @@ func (r *Resolver) Resolve(ctx context.Context, req hostapi.ResolveRequest) (hos
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// SPEC §7: at most MaxDuration per chain, timed on the injected clock.
+	// docs/continuation.md: at most MaxDuration per chain, timed on the injected clock.
 	guard := r.cfg.Clock.AfterFunc(r.cfg.MaxDuration, func() { cancel(errMaxDuration) })
 	defer guard.Stop()
 	h := &handle{cancel: cancel}
@@ -342,7 +342,7 @@ func (r *Resolver) Active() int {
 }
 
 // pairKey identifies one request/response pair of a chain for the
-// repetition guard (SPEC §7): what the hop added (the previous turn, the
+// repetition guard (docs/continuation.md): what the hop added (the previous turn, the
 // tool outputs or user text) and what came back, ignoring call ids and
 // usage, which differ on every call even when the model loops.
 func pairKey(prev *llm.Turn, results []llm.ToolResult, userText string, next *llm.Turn) [32]byte {

@@ -172,7 +172,7 @@ func (o *countingObserver) FollowupFailed(kind, code string) {
 
 // A rejected followup is logged at warn with the provider's status and
 // reason, never the conversation, the reminder text or credentials, and
-// counted (SPEC §14).
+// counted (docs/failures.md).
 func TestRejectedFollowupLoggedAndCounted(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)

@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/llm"
 )
 
-// A Step is one way a finished turn can continue (SPEC §7 priorities).
+// A Step is one way a finished turn can continue (docs/continuation.md#the-followup-chain).
 // Config.Steps lists them in priority order: server tools, then
 // stopMessage, then a hold. After each turn the chain asks them in that
 // order; the first that continues the turn, or ends the chain, decides.
@@ -34,20 +34,20 @@ type Chain interface {
 	SessionID() string
 	// RequestID is the chain's root request id; server tools run under it
 	// so a task scheduled inside the due window is blocked for the whole
-	// chain (SPEC §6 notBeforeRequestId).
+	// chain (docs/clock-tool.md#notbeforerequestid).
 	RequestID() string
 	// ServerTools names the tools the filter withheld from the client.
 	ServerTools() []string
-	// Streaming reports an SSE client (holdNonStreaming, SPEC §8).
+	// Streaming reports an SSE client (holdNonStreaming, docs/continuation.md#holds).
 	Streaming() bool
-	// Compaction reports a compaction request (SPEC §7): never continued.
+	// Compaction reports a compaction request (docs/continuation.md): never continued.
 	Compaction() bool
 	// NextID is the next followup's request id, `<root>:<kind><hop>`.
 	NextID(kind string) string
 	// AssignCallIDs gives the turn's tool calls without an id a stable
 	// one, so that tool results can name them.
 	AssignCallIDs()
-	// Guard is the hop guard (SPEC §7): ReasonMaxHops when the chain may
+	// Guard is the hop guard (docs/continuation.md): ReasonMaxHops when the chain may
 	// send no more followups, else "".
 	Guard() string
 	// Clock is host time with the NTP offset; waits use it.
@@ -86,7 +86,7 @@ func (f Followup) settle(o Outcome) {
 }
 
 // Continuable returns the finish of c's turn (none counts as stop) and
-// whether a continuation without tool calls may follow it at all (SPEC §7,
+// whether a continuation without tool calls may follow it at all (docs/continuation.md,
 // §8): the turn calls no tools, it ended with stop or length, the request
 // has a session, and it is not a compaction request.
 func Continuable(c Chain) (llm.FinishReason, bool) {

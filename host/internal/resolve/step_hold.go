@@ -10,7 +10,7 @@ import (
 // KindHold is the followup kind of a hold.
 const KindHold = "hold"
 
-// DefaultHoldMax is holdMaxMs (SPEC §8).
+// DefaultHoldMax is holdMaxMs (docs/continuation.md#holds).
 const DefaultHoldMax = 60 * time.Second
 
 // Hold outcomes (holds_total label).
@@ -21,7 +21,7 @@ const (
 	HoldEmpty      = "empty"       // nothing left to reserve once due
 )
 
-// Reminders is the clock engine as holds use it (SPEC §6, §8).
+// Reminders is the clock engine as holds use it (docs/clock-tool.md, docs/continuation.md#holds).
 type Reminders interface {
 	// NextDue is when the session's next task becomes injectable into requestID.
 	NextDue(ctx context.Context, sessionID, requestID string) (time.Time, bool)
@@ -45,7 +45,7 @@ type HoldConfig struct {
 }
 
 // holdStep waits for the session's next task when it comes due within
-// Max and follows up with its reminder (SPEC §8); last in SPEC §7's
+// Max and follows up with its reminder (docs/continuation.md#holds); last in docs/continuation.md's
 // priority, so it applies only when stopMessage did not trigger.
 type holdStep struct {
 	cfg HoldConfig

@@ -18,7 +18,7 @@ type Tools interface {
 }
 
 // toolStep runs the turn's server-tool calls and follows up with their
-// results (SPEC §1 response path), first in SPEC §7's priority.
+// results (docs/architecture.md#response-path), first in docs/continuation.md's priority.
 type toolStep struct {
 	tools Tools
 	log   *slog.Logger
@@ -39,7 +39,7 @@ func NewToolStep(tools Tools, logger *slog.Logger) (Step, error) {
 func (*toolStep) Kind() string { return KindTool }
 
 // Next runs the server calls of a turn that has some. A turn that also
-// calls client tools ends the chain once the server calls ran (SPEC §1
+// calls client tools ends the chain once the server calls ran (docs/architecture.md
 // mixed calls): the client answers its own calls, and nothing follows up.
 func (s *toolStep) Next(ctx context.Context, c Chain) (Followup, bool, string) {
 	turn, st := c.Turn(), c.ServerTools()

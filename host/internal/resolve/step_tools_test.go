@@ -44,7 +44,7 @@ func TestToolStep(t *testing.T) {
 		{name: "client calls only", calls: []llm.ToolCall{call("1", "exec")}},
 		{name: "server calls", calls: []llm.ToolCall{call("1", "clock"), call("", "clock")}, wantOK: true,
 			wantRun: []string{`s r clock {"a":1}`, `s r clock {"a":1}`}},
-		// SPEC §1 mixed calls: the server calls run, the client answers its own.
+		// docs/architecture.md#mixed-calls: the server calls run, the client answers its own.
 		{name: "mixed", calls: []llm.ToolCall{call("1", "exec"), call("2", "clock")}, wantReason: resolve.ReasonClientTools,
 			wantRun: []string{`s r clock {"a":1}`}},
 		// The hop guard ends the chain before anything runs.

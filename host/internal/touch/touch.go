@@ -1,4 +1,4 @@
-// Package touch coalesces session lastSeenAt updates (SPEC §3). Every
+// Package touch coalesces session lastSeenAt updates (docs/protocols.md#session-identity). Every
 // prepare touches its session; writing that synchronously would cost one
 // fsync per request, so touches are kept in memory and written in one
 // transaction per flush. Only lastSeenAt (and a first-seen record) can be

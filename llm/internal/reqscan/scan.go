@@ -1,5 +1,5 @@
 // Package reqscan is a small allocation-free JSON scanner for request
-// bodies (SPEC §2 "Body edits"). It validates a document once and then
+// bodies (docs/protocols.md "Body edits"). It validates a document once and then
 // walks it by byte offsets, so that callers can splice edits into the
 // original bytes instead of decoding and re-encoding the whole body.
 //

@@ -12,7 +12,7 @@ import (
 )
 
 // Config is the plugin configuration: JSON in the Envoy wasm filter's
-// `configuration` (SPEC §12). Every field is optional.
+// `configuration` (docs/configuration.md). Every field is optional.
 type Config struct {
 	// HostCluster is the Envoy cluster of the chime host (http_call target).
 	HostCluster string `json:"hostCluster"`
@@ -21,19 +21,19 @@ type Config struct {
 	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN), sent as
 	// a bearer token. Empty sends no authorization header.
 	Token string `json:"token"`
-	// TimeTag appends the SPEC §5 time tag to every non-followup request.
+	// TimeTag appends the docs/time.md#time-tag to every non-followup request.
 	TimeTag bool `json:"timeTag"`
 	// DefaultTimezone is the time tag's zone when the request has no valid
-	// x-chime-timezone header (SPEC §5). It must be an IANA zone.
+	// x-chime-timezone header (docs/time.md#time-tag). It must be an IANA zone.
 	DefaultTimezone string `json:"defaultTimezone"`
-	// FailOpen forwards requests when the host fails (SPEC §1). When false,
+	// FailOpen forwards requests when the host fails (docs/architecture.md). When false,
 	// a host failure answers the request with 503.
 	FailOpen bool `json:"failOpen"`
-	// PrepareTimeoutMs bounds the prepare call (SPEC §14: 200 ms).
+	// PrepareTimeoutMs bounds the prepare call (docs/failures.md: 200 ms).
 	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
 	// ResolveTimeoutMs bounds the resolve call of the response path. The
 	// host answers when the whole chain is done, and it bounds every chain,
-	// holds included, by its guards.maxChainDuration (SPEC §7, default
+	// holds included, by its guards.maxChainDuration (docs/continuation.md, default
 	// 15 min). Absent or 0, it is DefaultResolveTimeoutMs; a host whose
 	// chain guard is above 16 min needs it raised (the host warns at start).
 	ResolveTimeoutMs int64 `json:"resolveTimeoutMs"`
@@ -49,7 +49,7 @@ type Config struct {
 const DefaultResolveTimeoutMs = (60 + 16*60) * 1000
 
 // hostSettings are plugin fields that moved to the host config file
-// (SPEC §12): set here they do nothing, so they get a warning naming
+// (docs/configuration.md): set here they do nothing, so they get a warning naming
 // where they live now.
 var hostSettings = map[string]string{
 	"dueWindowMs":      "clock.dueWindow",

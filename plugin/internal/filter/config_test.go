@@ -20,7 +20,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	d := DefaultConfig()
 	if d.HostCluster != "chime_host" || d.HostAuthority != "chime-host" || d.Token != "" || !d.TimeTag ||
 		d.DefaultTimezone != "UTC" || !d.FailOpen || d.PrepareTimeoutMs != 200 || d.ResolveTimeoutMs != 17*60000 {
-		t.Fatalf("defaults differ from SPEC §12 brief: %+v", d)
+		t.Fatalf("defaults differ from docs/configuration.md#plugin-configuration: %+v", d)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package filter is the chime HTTP filter that runs inside chime.wasm. It
-// implements SPEC §1. Request path: on the three LLM protocol paths it
+// implements docs/architecture.md. Request path: on the three LLM protocol paths it
 // buffers the request body, strips `<**…**>` directives, asks the host to
 // prepare (proxy_http_call), injects the server tools, the time tag (§5)
 // and due reminders (§6), and reports the reservation's outcome when the
@@ -31,12 +31,12 @@ const (
 	// MetricHostCallFailures counts host calls that failed: no answer,
 	// non-2xx, an unreadable body, or a call that could not be sent.
 	MetricHostCallFailures = "chime_host_call_failures_total"
-	// MetricFailOpen counts requests forwarded without the host (SPEC §1).
+	// MetricFailOpen counts requests forwarded without the host (docs/architecture.md).
 	MetricFailOpen = "chime_fail_open_total"
 	// MetricMalformed counts bodies forwarded unmodified because they do
-	// not parse (SPEC §14).
+	// not parse (docs/failures.md).
 	MetricMalformed = "chime_malformed_requests_total"
-	// MetricResolves counts resolve calls sent (SPEC §1 response path).
+	// MetricResolves counts resolve calls sent (docs/architecture.md#response-path).
 	MetricResolves = "chime_resolves_total"
 	// MetricResolveFailures counts resolves that failed or could not be
 	// sent; the client then gets the original turn minus server-tool calls.
@@ -66,7 +66,7 @@ type pluginContext struct {
 	defaultZone *time.Location
 	now         func() time.Time
 
-	// ntpOffsetMs is the host's last reported NTP offset (SPEC §11); the
+	// ntpOffsetMs is the host's last reported NTP offset (docs/time.md#ntp); the
 	// time tag uses it when the host cannot be asked.
 	ntpOffsetMs int64
 	// stateCallAt is when the tick's state call was sent; zero when none
@@ -146,7 +146,7 @@ func (p *pluginContext) NewHttpContext(uint32) proxywasm.HttpContext {
 // maxCachedZones bounds the zone cache: the header is client-controlled.
 const maxCachedZones = 64
 
-// zoneFor resolves the time tag's zone (SPEC §5): the x-chime-timezone
+// zoneFor resolves the time tag's zone (docs/time.md#time-tag): the x-chime-timezone
 // header if it names a zone, else the configured default.
 func (p *pluginContext) zoneFor(header string) *time.Location {
 	if header == "" {
@@ -167,7 +167,7 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 	return loc
 }
 
-// learnNTP takes the host's NTP view (SPEC §11): the host owns time, so
+// learnNTP takes the host's NTP view (docs/time.md#ntp): the host owns time, so
 // its offset is used as given. An answer without an NTP status carries
 // no view and keeps the last one.
 func (p *pluginContext) learnNTP(n hostapi.NTPInfo) {

@@ -17,7 +17,7 @@ import (
 )
 
 // wall is the pinned filter clock: 21:22:38.241Z, so with an NTP offset
-// of -12 ms the tag shows the SPEC §5 instant 21:22:38.229Z.
+// of -12 ms the tag shows the docs/time.md#time-tag instant 21:22:38.229Z.
 var wall = time.Date(2026, 2, 2, 21, 22, 38, 241_000_000, time.UTC)
 
 const (
@@ -264,7 +264,7 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 
 // TestDirectivesOfNewUserInputOnly: the host gets the directives of the
 // user text after the last assistant message, with their positions; older
-// turns are stripped only (SPEC §4).
+// turns are stripped only (docs/directives.md).
 func TestDirectivesOfNewUserInputOnly(t *testing.T) {
 	e := newEnv(t, "")
 	e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**stopMessage:\"old\"**>"},{"role":"assistant","content":"ok"},`+
@@ -305,7 +305,7 @@ func TestSessionFromBody(t *testing.T) {
 	if _, prep := e.lastPrepare(); prep.SessionID != "from-body" {
 		t.Fatalf("session = %q", prep.SessionID)
 	}
-	// A session header wins over the body (SPEC §3 order).
+	// A session header wins over the body (docs/protocols.md#session-identity).
 	e.send(llm.Responses, `{"prompt_cache_key":"pck","input":"x"}`, [2]string{"x-chime-session", "hdr"})
 	if _, prep := e.lastPrepare(); prep.SessionID != "hdr" {
 		t.Fatalf("session = %q", prep.SessionID)
@@ -746,7 +746,7 @@ func must(b []byte, err error) []byte {
 
 // TestOutcomeHoldsResponseHeadersUntilAcknowledged: a response that carried
 // reminders reaches the client only once the host recorded the outcome, so
-// the client's next request cannot race a rollback (SPEC §6). A response
+// the client's next request cannot race a rollback (docs/clock-tool.md). A response
 // without reminders is never held.
 func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
 	for _, reserved := range []bool{true, false} {

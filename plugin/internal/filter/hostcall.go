@@ -21,7 +21,7 @@ const (
 )
 
 // callHost sends one request to the host cluster with the shared token
-// (SPEC §12, llm/hostapi.go). body nil sends a GET.
+// (docs/configuration.md, llm/hostapi.go). body nil sends a GET.
 func (p *pluginContext) callHost(path string, body []byte, timeoutMs int64, cb proxywasm.HttpCallCallback) error {
 	method := "POST"
 	if body == nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
-// OnHttpResponseHeaders is SPEC §1 request path step 3: the response
+// OnHttpResponseHeaders is docs/architecture.md#request-path step 3: the response
 // starts to reach the client, so a reservation is committed on 2xx and
 // rolled back otherwise. Only a response that carried reminders waits for
 // the host's acknowledgement (bounded by prepareTimeoutMs): otherwise the
@@ -43,7 +43,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 }
 
 // OnHttpStreamDone rolls back a reservation whose response never started:
-// an upstream reset or a client that went away (SPEC §6). A resolve still
+// an upstream reset or a client that went away (docs/clock-tool.md). A resolve still
 // pending means the client went away mid-hold: the host is told to cancel.
 func (h *httpContext) OnHttpStreamDone() {
 	h.streamDone = true

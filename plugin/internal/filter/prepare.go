@@ -66,7 +66,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 }
 
 // prepareFailed finishes a request whose prepare call failed. With
-// failOpen (SPEC §1) the tags are still stripped and the time tag still
+// failOpen (docs/architecture.md) the tags are still stripped and the time tag still
 // added from the filter's clock and last known NTP offset, and the
 // request continues; otherwise it is answered with 503.
 func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
@@ -87,7 +87,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	return proxywasm.ActionContinue
 }
 
-// rewrite applies SPEC §1 step 2's injections to the stripped body and
+// rewrite applies docs/architecture.md#request-path's injections to the stripped body and
 // replaces the buffered body: the server tools the host named, then the
 // time tag, then the reminders. ans is nil when failing open. It reports
 // whether the host's reminders (if any) reached the body.

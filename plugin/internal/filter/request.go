@@ -37,7 +37,7 @@ type httpContext struct {
 	// What the response path needs, captured while it is readable
 	// (request data is gone in response callbacks).
 	path           string      // :path as the client sent it
-	reentry        string      // the listener address, for followups (SPEC §1)
+	reentry        string      // the listener address, for followups (docs/architecture.md)
 	requestHeaders [][2]string // the client's, for followupHeaders
 	sessionID      string
 	streaming      bool   // the client asked for SSE
@@ -47,10 +47,10 @@ type httpContext struct {
 	resp response
 }
 
-// OnHttpRequestHeaders is SPEC §1 request path step 1.
+// OnHttpRequestHeaders is docs/architecture.md#request-path step 1.
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Action {
 	if method, _ := proxywasm.GetHttpRequestHeader(":method"); method != "POST" {
-		return proxywasm.ActionContinue // SPEC §14: unknown path or method passes through
+		return proxywasm.ActionContinue // docs/failures.md: unknown path or method passes through
 	}
 	// One read of the whole map (each host call copies into guest memory).
 	headers, err := proxywasm.GetHttpRequestHeaders()
@@ -94,7 +94,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	}
 
 	h.handled, h.protocol, h.path = true, proto, path
-	// The body may change, so its length must not be pinned (SPEC §1).
+	// The body may change, so its length must not be pinned (docs/architecture.md).
 	// The response must arrive uncompressed for the response path to read
 	// it; a compressor filter downstream may still compress it for the client.
 	for _, name := range []string{"content-length", "accept-encoding"} {
@@ -124,14 +124,14 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		}
 	}
 	if endOfStream {
-		// No body: nothing to parse or edit (SPEC §14 malformed body).
+		// No body: nothing to parse or edit (docs/failures.md#failure-table body).
 		h.bodyDone = true
 		h.forwardMalformed("empty body")
 	}
 	return proxywasm.ActionContinue
 }
 
-// OnHttpRequestBody is SPEC §1 request path step 2: buffer to the end of
+// OnHttpRequestBody is docs/architecture.md#request-path step 2: buffer to the end of
 // the stream, strip directives, and ask the host to prepare.
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
 	if !h.handled || h.bodyDone {
@@ -161,22 +161,22 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		SessionID:  h.sessionID,
 		Timezone:   h.zone.String(),
 		Directives: hostDirectives(req.Directives()),
-		// Positions restart with each stored response (SPEC §4).
+		// Positions restart with each stored response (docs/directives.md).
 		PreviousResponseID: req.PreviousResponseID(),
 	}
-	req.StripDirectives() // even when the host is down (SPEC §1 fail open)
+	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	return h.prepare(prep)
 }
 
 // forwardMalformed lets a body the filter cannot edit safely through
-// unmodified (SPEC §14), counted and logged at debug.
+// unmodified (docs/failures.md), counted and logged at debug.
 func (h *httpContext) forwardMalformed(reason string) {
 	h.plugin.malformed.inc()
 	proxywasm.LogDebugf("chime: request %s: forwarding unmodified %s body: %s", h.requestID, h.protocol, reason)
 }
 
 // hostDirectives converts the parsed directives of the new user input for
-// the host (SPEC §4), positions included: malformed ones (Err set) and
+// the host (docs/directives.md), positions included: malformed ones (Err set) and
 // unknown ones are stripped but not sent.
 func hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
 	var out []hostapi.HostDirective

@@ -11,7 +11,7 @@ import (
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
-// The response path (SPEC §1): watch the finish and tool calls of a 2xx
+// The response path (docs/architecture.md): watch the finish and tool calls of a 2xx
 // JSON or SSE answer, withhold server-tool calls from the client, ask the
 // host to resolve (run the tools, hold, stopMessage) and splice its
 // continuation into the same response. Followups and anything the filter
@@ -93,7 +93,7 @@ func (h *httpContext) startResponse(ok2xx, endOfStream bool) {
 	}
 }
 
-// OnHttpResponseBody is SPEC §1 response path.
+// OnHttpResponseBody is docs/architecture.md#response-path.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) proxywasm.Action {
 	switch h.resp.mode {
 	case respJSON:
@@ -260,7 +260,7 @@ func (h *httpContext) startsServerCall(ev llm.Event) bool {
 	return false
 }
 
-// needsResolve is SPEC §1's test, counting the server-tool calls on the
+// needsResolve is docs/architecture.md's test, counting the server-tool calls on the
 // way: a server-tool call, or a stop/length finish the host may continue.
 // An incomplete or failed upstream turn is never continued.
 func (h *httpContext) needsResolve(complete bool) bool {
@@ -341,7 +341,7 @@ func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
 }
 
 // cancelPendingResolve tells the host, once, that the client of a pending
-// resolve went away (SPEC §1 disconnect), so it stops holds and followups.
+// resolve went away (docs/architecture.md#disconnect), so it stops holds and followups.
 func (h *httpContext) cancelPendingResolve() {
 	r := &h.resp
 	if !r.pending || r.cancelled {
@@ -403,7 +403,7 @@ func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 	return r.splicer.Continue(rest, spliceOptions)
 }
 
-// withoutServerCalls is t as the client may see it (SPEC §1: a client
+// withoutServerCalls is t as the client may see it (docs/architecture.md: a client
 // never sees a server-tool call).
 func withoutServerCalls(t *llm.Turn) *llm.Turn {
 	out := *t
@@ -414,7 +414,7 @@ func withoutServerCalls(t *llm.Turn) *llm.Turn {
 
 // newCalls returns the continuation's calls that do not repeat one of the
 // original's client calls (by id). The host's continuation may carry the
-// original's client calls of a mixed turn (SPEC §1 mixed calls), or not;
+// original's client calls of a mixed turn (docs/architecture.md#mixed-calls), or not;
 // either way the client gets each once.
 func newCalls(orig, cont []llm.ToolCall) []llm.ToolCall {
 	var out []llm.ToolCall

@@ -172,7 +172,7 @@ func readTurn(t *testing.T, p llm.Protocol, sse bool, out []byte) *llm.Turn {
 		}
 		return turn
 	}
-	// One answer, as agent CLIs read it (SPEC §1): one text block or message
+	// One answer, as agent CLIs read it (docs/architecture.md): one text block or message
 	// item, done events with the whole text.
 	if _, err := ssecheck.Check(p.String(), out); err != nil {
 		t.Fatalf("client stream: %v\n%s", err, out)
@@ -492,7 +492,7 @@ func TestEarlyTextStreamsThrough(t *testing.T) {
 				if ev.StartsToolCall([]string{"clock"}) {
 					seenCall = true
 				}
-				// From the text's close on, everything waits (SPEC §1 SSE).
+				// From the text's close on, everything waits (docs/architecture.md#sse-responses).
 				held = held || ev.MustHold()
 				if !seenCall && !held {
 					wantEarly = append(wantEarly, ev.Raw...)
@@ -622,7 +622,7 @@ func TestDisconnectWhileResolvingCancelsOnce(t *testing.T) {
 
 // TestMixedCallsKeepClientCalls: a turn with a client call and a server
 // call, in either order. The client gets the client call exactly once,
-// whether the host continues (repeating it in the continuation, SPEC §1)
+// whether the host continues (repeating it in the continuation, docs/architecture.md)
 // or not; never the server call.
 func TestMixedCallsKeepClientCalls(t *testing.T) {
 	server := serverTurn.ToolCalls[0]

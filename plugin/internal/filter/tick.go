@@ -7,7 +7,7 @@ import (
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
-// OnTick refreshes the NTP offset from the host (SPEC §11), so a request
+// OnTick refreshes the NTP offset from the host (docs/time.md#ntp), so a request
 // that fails open still gets a corrected time tag. A host that is down is
 // counted, logged at debug, and asked again next tick.
 func (p *pluginContext) OnTick() {

@@ -8,7 +8,7 @@ import (
 	"github.com/chimehq/chime/hostapi"
 )
 
-// The per-request host calls (prepare, its answer, outcomes; SPEC §1) are
+// The per-request host calls (prepare, its answer, outcomes; docs/architecture.md) are
 // encoded and decoded by hand: encoding/json's reflection is slow in Go's
 // wasm code. Each fast path handles only input whose result it knows to be
 // exactly encoding/json's and hands everything else to encoding/json, so

@@ -1,5 +1,5 @@
 // Package wasmcheck builds Go proxy-wasm modules and checks that their
-// imports are what released Envoy provides (SPEC §13: modules must load in
+// imports are what released Envoy provides (docs/local-runtime.md: modules must load in
 // Envoy 1.33–1.38 and in `chime proxy`'s envoy-1.38 profile), against the
 // shared ABI catalogue. It is used by tests only.
 package wasmcheck

@@ -1,6 +1,6 @@
 // Package proxytest is a small in-memory proxy-wasm host for native unit
 // tests of plugins written with package proxywasm. It follows Envoy's
-// semantics where a filter can observe them (SPEC §13): Pause from a body
+// semantics where a filter can observe them (docs/local-runtime.md): Pause from a body
 // callback buffers, so the next body callback sees the whole buffered size;
 // http_call requires :method, :path and :authority and answers through
 // CallOnHttpCallResponse; continue_stream acts on the effective context.

@@ -1,5 +1,5 @@
 // Package bridge is the seam between the proxywasm guest API and whatever
-// host runs it (SPEC §1: the filter is a proxy-wasm v0.2.1 guest).
+// host runs it (docs/architecture.md: the filter is a proxy-wasm v0.2.1 guest).
 // Guest→host calls go through the Host interface (implemented with
 // //go:wasmimport on wasip1, and by proxytest's in-memory host natively);
 // host→guest callbacks go through the Guest interface (called by
