@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -232,6 +233,9 @@ func stringIs(raw []byte, want string) bool {
 		return true
 	}
 	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 { // no escapes: the bytes are the value, and they differ
 		return false
 	}
 	s, ok := reqscan.Unquote(raw)
