@@ -244,13 +244,13 @@ func TestComposeEnvoyConfigRuns(t *testing.T) {
 	}, token)
 	startProxy(t, path)
 
-	// The README demo, byte for byte.
-	req, err := http.NewRequest("POST", proxyURL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"<**stopMessage:\"keep going\",3**>hi"}]}`))
+	// The README's docker compose demo request, as written there.
+	demo := parseDemoCurl(t, readmeSection(t, "## docker compose"))
+	req, err := http.NewRequest("POST", proxyURL+demo.path, strings.NewReader(demo.body))
 	require.NoError(t, err)
-	req.Header.Set("content-type", "application/json")
-	req.Header.Set("x-chime-session", "demo")
-	req.Header.Set("x-chime-timezone", "Europe/Paris")
+	for k, v := range demo.headers {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
@@ -269,7 +269,7 @@ func TestComposeEnvoyConfigRuns(t *testing.T) {
 		last = m.Get("content").String()
 	}
 	assert.True(t, strings.HasPrefix(last, llm.TimeTagPrefix), "a time tag ends the request: %q", last)
-	assert.Contains(t, last, "tz=`Europe/Paris`")
+	assert.Contains(t, last, "tz=`"+demo.headers["x-chime-timezone"]+"`")
 	assert.Contains(t, gjson.Get(got[1].Body, "messages").Raw, "keep going", "the continuation carries the stopMessage text")
 	for _, r := range got {
 		assert.Empty(t, r.Rejection, "the mock refused %s", r.Body)
@@ -283,7 +283,7 @@ func TestComposeEnvoyConfigRuns(t *testing.T) {
 	sessions, _ := io.ReadAll(hresp.Body)
 	hresp.Body.Close()
 	assert.Equal(t, http.StatusOK, hresp.StatusCode)
-	assert.Contains(t, string(sessions), `"demo"`)
+	assert.Contains(t, string(sessions), `"`+demo.headers["x-chime-session"]+`"`)
 	var anyJSON any
 	assert.NoError(t, json.Unmarshal(sessions, &anyJSON))
 }
