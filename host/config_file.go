@@ -92,7 +92,7 @@ func ParseConfigFile(data []byte, name string) (Config, error) {
 	strict.KnownFields(true)
 	var errs []*FieldError
 	if err := strict.Decode(&file); err != nil {
-		var te *yaml.TypeError
+		var te *yaml.LoadErrors
 		if !errors.As(err, &te) {
 			return Config{}, fmt.Errorf("host config %s: %w", name, err)
 		}
@@ -432,7 +432,7 @@ func (e *FieldError) Error() string {
 }
 
 // explain rewrites one decoder error as a FieldError.
-func (idx *nodeIndex) explain(name string, e *yaml.UnmarshalError) *FieldError {
+func (idx *nodeIndex) explain(name string, e *yaml.LoadError) *FieldError {
 	pos := [2]int{e.Line, e.Column}
 	if path, ok := idx.keys[pos]; ok {
 		if _, known := fileSchema[schemaPath(path)]; known {
