@@ -43,6 +43,7 @@ race:
 
 # Unit, conformance, fuzz seed corpora (Fuzz* run their seeds as tests) and e2e.
 test: vet wasm
+	@[ -n "$$ENVOY_BIN" ] || echo "make test: ENVOY_BIN is not set, so the e2e runs against a real Envoy are skipped; the local runtime runs every e2e test."
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
 
 # Benchmarks that compare side by side in one run and print ratios:

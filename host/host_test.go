@@ -523,3 +523,13 @@ func TestPrepareTimezoneReachesClock(t *testing.T) {
 		}
 	}
 }
+
+// The development token warns only where others can reach the host.
+func TestDevTokenWarnsOffLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:8787": true, "[::1]:8787": true, "localhost:1": true,
+		"0.0.0.0:8787": false, ":8787": false, "10.0.0.5:8787": false, "chime-host:8787": false, "bad": false} {
+		if got := loopbackAddr(addr); got != want {
+			t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -85,9 +85,15 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	if cfg.Token == "" {
 		cfg.Token = DevToken
-		devTokenWarning.Do(func() {
-			logger.Warn("CHIME_HOST_TOKEN is not set; using the development token of the sample envoy.yaml. Set a secret for anything but local use")
-		})
+		// On loopback the development token is what a local start wants;
+		// reachable from elsewhere it is a secret everyone knows.
+		if loopbackAddr(cfg.Addr) {
+			logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
+		} else {
+			devTokenWarning.Do(func() {
+				logger.Warn("CHIME_HOST_TOKEN is not set; using the development token of the sample envoy.yaml on a non-loopback listener. Set a secret", "addr", cfg.Addr)
+			})
+		}
 	}
 	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
 	if err != nil {
@@ -222,4 +228,18 @@ func (s *Service) location(name string) *time.Location {
 	}
 	s.zones.Store(name, loc)
 	return loc
+}
+
+// loopbackAddr reports whether a listen address (host:port) only accepts
+// connections from this machine.
+func loopbackAddr(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

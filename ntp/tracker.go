@@ -61,7 +61,8 @@ type Tracker struct {
 	// onSync, when set, runs after every background sync (tests).
 	onSync func()
 
-	syncMu sync.Mutex // one sync at a time
+	syncMu  sync.Mutex // one sync at a time
+	failing bool       // the last sync failed (guarded by syncMu): repeats log at debug
 
 	mu      sync.RWMutex
 	offset  time.Duration
@@ -211,6 +212,10 @@ func (t *Tracker) SyncOnce(ctx context.Context) error {
 		t.lastErr = ""
 		t.mu.Unlock()
 		t.persist()
+		if t.failing {
+			t.failing = false
+			t.log.Info("ntp: synced again", "server", server)
+		}
 		return nil
 	}
 	msg := strings.Join(errs, "; ")
@@ -218,7 +223,13 @@ func (t *Tracker) SyncOnce(ctx context.Context) error {
 	t.lastErr = msg
 	t.mu.Unlock()
 	t.persist()
-	t.log.Warn("ntp: sync failed; keeping last good offset", "err", msg)
+	// One info line when syncing starts failing (no network is normal on a
+	// laptop or in a sandbox); the per-server reasons and repeats are debug.
+	if !t.failing {
+		t.failing = true
+		t.log.Info("ntp: no server answered; keeping the last good offset", "servers", len(t.cfg.Servers))
+	}
+	t.log.Debug("ntp: sync failed", "err", msg)
 	return fmt.Errorf("ntp: sync failed: %s", msg)
 }
 

@@ -1,9 +1,11 @@
 package ntp
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -482,4 +484,38 @@ func FuzzParseServers(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A machine without network must not fill the log: the first failed sync
+// is one info line, repeats are debug, and recovery is one info line.
+func TestSyncFailureLogsOnce(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tr, err := New(Config{Enabled: true, Servers: []string{"a:123", "b:123", "c:123"}}, nil, WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := true
+	tr.query = func(server string, _ time.Duration) (*sntp.Response, error) {
+		if fail {
+			return nil, errors.New("lookup " + server + ": no such host")
+		}
+		now := time.Now()
+		return &sntp.Response{Version: 4, Stratum: 2, Time: now, ReferenceTime: now.Add(-time.Second), ClockOffset: time.Millisecond}, nil
+	}
+	for range 3 {
+		if err := tr.SyncOnce(context.Background()); err == nil {
+			t.Fatal("sync succeeded against failing servers")
+		}
+	}
+	fail = false
+	if err := tr.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "\n"); n != 2 || strings.Contains(out, "WARN") || strings.Contains(out, "no such host") ||
+		!strings.Contains(out, "no server answered") || !strings.Contains(out, "synced again") {
+		t.Fatalf("log:\n%s", out)
+	}
 }

@@ -128,3 +128,16 @@ func SetTickPeriodMilliSeconds(period uint32) error { return hostcall.SetTickPer
 
 // GetProperty reads a host property, e.g. []string{"request", "id"}.
 func GetProperty(path []string) ([]byte, error) { return hostcall.GetProperty(path) }
+
+// GetSharedData returns the value stored under key, shared by every VM of
+// the same vm_id (all workers), and its CAS token; ErrNotFound when unset.
+func GetSharedData(key string) (value []byte, cas uint32, err error) {
+	return hostcall.GetSharedData(key)
+}
+
+// SetSharedData stores value under key for every VM of the same vm_id. A
+// non-zero cas must match the token GetSharedData returned, or
+// ErrCasMismatch tells the caller another VM wrote first.
+func SetSharedData(key string, value []byte, cas uint32) error {
+	return hostcall.SetSharedData(key, value, cas)
+}

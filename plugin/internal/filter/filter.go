@@ -17,6 +17,7 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/chimehq/chime/hostapi"
@@ -134,9 +135,35 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
 		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
 	}
-	proxywasm.LogInfof("chime: filter started (host cluster %q, failOpen %v, timeTag %v, default zone %s)",
-		cfg.HostCluster, cfg.FailOpen, cfg.TimeTag, zone)
+	logStarted(fmt.Sprintf("chime: filter started (host cluster %q, failOpen %v, timeTag %v, default zone %s)",
+		cfg.HostCluster, cfg.FailOpen, cfg.TimeTag, zone))
 	return true
+}
+
+// startedKey is the shared-data key under which the first VM records the
+// start line it logged.
+const startedKey = "chime.filter.started"
+
+// logStarted logs msg at info once for all workers, whose VMs each start
+// the plugin: the VM that records msg in shared data first logs it at
+// info, the others (and restarts with the same configuration) at debug. A
+// changed configuration is logged again. Two VMs starting at the very same
+// moment may both log it: the unset key has no CAS token to race on.
+func logStarted(msg string) {
+	old, cas, err := proxywasm.GetSharedData(startedKey)
+	switch {
+	case err == nil && string(old) == msg:
+		proxywasm.LogDebugf("%s", msg)
+		return
+	case err != nil && !errors.Is(err, proxywasm.ErrNotFound):
+		proxywasm.LogInfof("%s", msg) // no shared data: every VM says it
+		return
+	}
+	if err := proxywasm.SetSharedData(startedKey, []byte(msg), cas); err != nil {
+		proxywasm.LogDebugf("%s", msg) // another VM wrote first
+		return
+	}
+	proxywasm.LogInfof("%s", msg)
 }
 
 func (p *pluginContext) NewHttpContext(uint32) proxywasm.HttpContext {
