@@ -92,5 +92,30 @@ func parseUpstreamURL(raw string) (*url.URL, error) {
 			return nil, bad(fmt.Sprintf("port %q out of range", p))
 		}
 	}
+	if h := u.Hostname(); net.ParseIP(h) == nil && !validDNSName(h) {
+		return nil, bad(fmt.Sprintf("host %q is neither an IP address nor a DNS name", h))
+	}
 	return u, nil
+}
+
+// validDNSName accepts a host name of letters, digits, hyphens and
+// underscores in dot-separated labels of 1–63 bytes (RFC 1123, with the
+// underscore some internal names carry), 253 bytes at most.
+func validDNSName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

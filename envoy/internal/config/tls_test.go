@@ -273,6 +273,10 @@ func TestOverrideUpstreamInvalid(t *testing.T) {
 		{"https://x:", "port"},
 		{"https://x:0", "port"},
 		{"http://[::1", "want http://host"},
+		{"https://]", "neither an IP address nor a DNS name"},
+		{"https://a b.com", "want http://host"},
+		{"https://-x.com", "neither an IP address nor a DNS name"},
+		{"https://x..y", "neither an IP address nor a DNS name"},
 	} {
 		c, err := Parse([]byte(doc("", "", "", "")), "test.yaml")
 		if err != nil {
@@ -293,7 +297,7 @@ func TestOverrideUpstreamInvalid(t *testing.T) {
 }
 
 func FuzzOverrideUpstream(f *testing.F) {
-	for _, s := range []string{"https://api.openai.com", "http://127.0.0.1:9000", "https://[::1]:1/", "https://x:", "api.openai.com", "http://a/b?c#d", "https://%zz"} {
+	for _, s := range []string{"https://api.openai.com", "http://127.0.0.1:9000", "https://[::1]:1/", "https://x:", "api.openai.com", "http://a/b?c#d", "https://%zz", "https://]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -306,7 +310,8 @@ func FuzzOverrideUpstream(f *testing.F) {
 			return
 		}
 		host, port, err := net.SplitHostPort(o.Endpoint)
-		if err != nil || host == "" || port == "" || c.Clusters[0].Endpoints[0] != o.Endpoint {
+		if err != nil || host == "" || port == "" || c.Clusters[0].Endpoints[0] != o.Endpoint ||
+			(net.ParseIP(host) == nil && !validDNSName(host)) {
 			t.Fatalf("%q: endpoint %q (%v)", raw, o.Endpoint, err)
 		}
 		if (net.ParseIP(host) != nil) != (o.Type == "STATIC") || o.TLS != (c.Clusters[0].TLS != nil) {
