@@ -144,8 +144,8 @@ func TestHTTPBadGuestPointers(t *testing.T) {
 }
 
 // PAUSE from request headers, resumed by an http_call response; http_call
-// to an unknown cluster is BAD_ARGUMENT; a failed call delivers
-// num_headers=0 and the stream continues.
+// to an unknown cluster is BAD_ARGUMENT; a call to a cluster that refuses
+// connections gets the router's 503 answer and the stream continues.
 func TestHTTPCallResumesStream(t *testing.T) {
 	up, callee := newUpstream(t), newUpstream(t)
 	p := startProxy(t, runtimeSpec{
@@ -195,9 +195,12 @@ func TestHTTPCallResumesStream(t *testing.T) {
 		if r.status != 200 || r.body != "upstream:/failed" {
 			t.Fatalf("client got %d %q, want the stream to continue", r.status, r.body)
 		}
-		p.logs.waitMatch(t, "call-failed", `http_response 1 \d+ 0 0 0`) // num_headers=0
-		if got, _ := up.request("/failed"); got.header.Get("x-call-status") != "failed" {
-			t.Errorf("upstream x-call-status = %q, want failed", got.header.Get("x-call-status"))
+		// A connection failure is the router's 503 local reply, with headers
+		// and body, as Envoy's async client delivers it (not num_headers=0).
+		p.logs.waitMatch(t, "call-failed", `http_response 1 \d+ 3 \d+ 0`)
+		p.logs.waitMatch(t, "call-failed", `http_response_data \d+ 503 \d+ upstream connect error or disconnect/reset before headers\. reset reason: connection failure.*`)
+		if got, _ := up.request("/failed"); got.header.Get("x-call-status") != "503" {
+			t.Errorf("upstream x-call-status = %q, want 503", got.header.Get("x-call-status"))
 		}
 	})
 	if n := callee.count(); n != 1 {

@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -270,13 +272,29 @@ func (c *cluster) newUpstreamRequest(ctx context.Context, ep endpoint, h httpfil
 // HasCluster implements httpfilter.ClusterChecker.
 func (cs *Clusters) HasCluster(name string) bool { return cs.byName[name] != nil }
 
-// Call implements httpfilter.HTTPCaller.
+// Call implements httpfilter.HTTPCaller as Envoy's async client behaves:
+// the request goes through the router, so a connect failure or a reset
+// before headers comes back as the router's 503 local reply and an
+// upstream timeout as its 504, with headers and body; only a failure
+// after the response started (or the caller's own cancel) is an error,
+// which the wasm host delivers as num_headers=0. The required pseudo
+// headers must be present; an empty value is allowed (Envoy checks
+// presence only).
 func (cs *Clusters) Call(ctx context.Context, name string, headers httpfilter.Headers, body []byte, trailers httpfilter.Headers, timeout time.Duration) (*httpfilter.CallResponse, error) {
 	for _, k := range []string{":method", ":path", ":authority"} {
-		if v, ok := headers.Get(k); !ok || v == "" {
+		if _, ok := headers.Get(k); !ok {
 			return nil, fmt.Errorf("http_call: missing required header %s", k)
 		}
 	}
+	if v, _ := headers.Get(":method"); v == "" {
+		headers = slices.Clone(headers)
+		headers.Set(":method", http.MethodGet) // what an empty method means on the wire
+	}
+	if v, _ := headers.Get(":path"); v == "" {
+		headers = slices.Clone(headers)
+		headers.Set(":path", "/")
+	}
+	parent := ctx
 	c := cs.byName[name]
 	if c == nil {
 		return nil, fmt.Errorf("%w: %q", httpfilter.ErrUnknownCluster, name)
@@ -300,10 +318,15 @@ func (cs *Clusters) Call(ctx context.Context, name string, headers httpfilter.He
 	c.rq.Add(1)
 	resp, err := c.transport.RoundTrip(req)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			c.rqTimeout.Add(1)
+			return localReplyResponse(http.StatusGatewayTimeout, "upstream request timeout"), nil
+		case parent.Err() != nil:
+			return nil, err // the caller went away: nobody gets an answer
 		}
-		return nil, err
+		body, _ := resetBeforeHeaders(err)
+		return localReplyResponse(http.StatusServiceUnavailable, body), nil
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
@@ -348,4 +371,16 @@ func appendHeaderMap(h httpfilter.Headers, m http.Header) httpfilter.Headers {
 		}
 	}
 	return h
+}
+
+// localReplyResponse is a router local reply as an http_call response.
+func localReplyResponse(status int, body string) *httpfilter.CallResponse {
+	return &httpfilter.CallResponse{
+		Headers: httpfilter.Headers{
+			{Key: ":status", Value: strconv.Itoa(status)},
+			{Key: "content-length", Value: strconv.Itoa(len(body))},
+			{Key: "content-type", Value: "text/plain"},
+		},
+		Body: []byte(body),
+	}
 }

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chimehq/chime/envoy/internal/config"
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	"github.com/chimehq/chime/envoy/internal/stats"
 )
 
 func TestPassthroughHeadersAndCompletion(t *testing.T) {
@@ -718,9 +720,47 @@ func TestHTTPCaller(t *testing.T) {
 	}
 	slow := append(httpfilter.Headers(nil), hdr...)
 	slow.Set(":path", "/slow")
-	if _, err := e.clusters.Call(context.Background(), "host", slow, nil, nil, 100*time.Millisecond); err == nil {
-		t.Fatal("timeout not applied")
+	// Envoy's async client answers an upstream timeout with the router's
+	// 504 local reply, not an error.
+	resp, err = e.clusters.Call(context.Background(), "host", slow, nil, nil, 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("timeout: %v", err)
 	}
+	if st, _ := resp.Headers.Get(":status"); st != "504" || string(resp.Body) != "upstream request timeout" {
+		t.Fatalf("timeout not applied: %v %q", resp.Headers, resp.Body)
+	}
+	// A refused connection is the router's 503, with Envoy's reset reason.
+	down := NewClusters([]*config.Cluster{{Name: "down", Type: "STATIC", LBPolicy: "ROUND_ROBIN", ConnectTimeout: time.Second,
+		Network: "tcp", Endpoints: []string{closedPort(t)}, Hostnames: []string{""}}}, stats.New())
+	defer down.Close()
+	resp, err = down.Call(context.Background(), "down", hdr, nil, nil, time.Second)
+	if err != nil {
+		t.Fatalf("connection refused: %v", err)
+	}
+	if st, _ := resp.Headers.Get(":status"); st != "503" ||
+		!strings.HasPrefix(string(resp.Body), "upstream connect error or disconnect/reset before headers. reset reason: connection failure") {
+		t.Fatalf("connection refused: %v %q", resp.Headers, resp.Body)
+	}
+	// Envoy checks the pseudo headers' presence only: empty values are sent.
+	empty := httpfilter.Headers{{Key: ":method", Value: ""}, {Key: ":path", Value: ""}, {Key: ":authority", Value: ""}}
+	if resp, err = e.clusters.Call(context.Background(), "host", empty, nil, nil, time.Second); err != nil {
+		t.Fatalf("empty pseudo headers: %v", err)
+	}
+	if st, _ := resp.Headers.Get(":status"); st == "" || st == "503" {
+		t.Fatalf("empty pseudo headers: %v %q", resp.Headers, resp.Body)
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
 
 func TestStreamIdleTimeout(t *testing.T) {

@@ -225,18 +225,8 @@ func (s *stream) onUpstream(ev upEvent) {
 			s.doReset("upstream_reset_after_response_started")
 			return
 		}
-		reason, details := "connection termination", "connection_termination"
-		var ce *connectError
-		if errors.As(ev.err, &ce) {
-			reason = ce.resetReason()
-			details = strings.ReplaceAll(reason, " ", "_")
-			if ce.transport != "" {
-				reason += ", transport failure reason: " + ce.transport
-				details += "," + strings.ReplaceAll(ce.transport, " ", "_")
-			}
-		}
-		s.localReply(503, []byte("upstream connect error or disconnect/reset before headers. reset reason: "+reason),
-			nil, "upstream_reset_before_response_started{"+details+"}")
+		body, details := resetBeforeHeaders(ev.err)
+		s.localReply(503, []byte(body), nil, "upstream_reset_before_response_started{"+details+"}")
 	case upHeaders:
 		s.upGotHeaders = true
 		h := responseHeaders(ev.resp)
@@ -275,4 +265,21 @@ func (s *stream) upstreamDone() {
 	if s.routeTimer != nil {
 		s.routeTimer.Stop()
 	}
+}
+
+// resetBeforeHeaders is Envoy's router local-reply body for an upstream
+// that failed before response headers (a connect failure or a reset), and
+// its response-details reason.
+func resetBeforeHeaders(err error) (body, details string) {
+	reason, details := "connection termination", "connection_termination"
+	var ce *connectError
+	if errors.As(err, &ce) {
+		reason = ce.resetReason()
+		details = strings.ReplaceAll(reason, " ", "_")
+		if ce.transport != "" {
+			reason += ", transport failure reason: " + ce.transport
+			details += "," + strings.ReplaceAll(ce.transport, " ", "_")
+		}
+	}
+	return "upstream connect error or disconnect/reset before headers. reset reason: " + reason, details
 }

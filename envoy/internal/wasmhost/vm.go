@@ -330,8 +330,10 @@ func (vm *vmInstance) stopTick() {
 // dispatchHTTPCall runs an accepted proxy_http_call in the background and
 // delivers proxy_on_http_call_response to the root context: the call is
 // owned by the root context (exports.cc http_call uses root_context()), so
-// it outlives the stream that made it. Any failure (unknown cluster at
-// dispatch, connect error, reset, timeout) is delivered as num_headers=0,
+// it outlives the stream that made it. A connect failure or an upstream
+// timeout arrives from the cluster manager as a 503/504 response, as
+// Envoy's async client makes it; any other failure (a reset after the
+// response started, no cluster manager) is delivered as num_headers=0,
 // body_size=0, num_trailers=0 with proxy_get_status = BROKEN_CONNECTION,
 // "reset", as Envoy's onHttpCallFailure does.
 func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers httpfilter.Headers, body []byte, trailers httpfilter.Headers, timeout time.Duration) {
@@ -351,8 +353,8 @@ func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers htt
 		if caller != nil {
 			resp, err = caller.Call(ctx, cluster, headers, body, trailers, timeout)
 		}
-		if err == nil && ctx.Err() != nil {
-			err = ctx.Err()
+		if err == nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = ctx.Err() // the VM is going away; a timeout is the caller's 504 answer
 		}
 		vm.background(func() {
 			if _, ok := vm.pendingCalls[token]; !ok {
