@@ -14,7 +14,7 @@
 //	v1/s/<sid>/task/<taskId>     ClockTask            (docs/clock-tool.md)
 //	v1/s/<sid>/stop              StopMessage          (docs/continuation.md)
 //	v1/s/<sid>/directives        AppliedDirectives    (docs/directives.md#applied-once)
-//	v1/s/<sid>/timer/<id>        reserved: timers     (docs/roadmap.md#timer-tools)
+//	v1/s/<sid>/timer/<id>        Timer                (docs/timers.md)
 //	v1/s/<sid>/inbox/<seq>       reserved: per-session deliveries (docs/roadmap.md#scheduler-heartbeat-and-delivery)
 //	v1/resv/<rid>                Reservation: request id → reserved task ids
 //	v1/ntp                       NTPState             (docs/time.md#ntp)

@@ -63,6 +63,7 @@ const (
 	ntpKey         = keyVersion + "ntp"
 	metaSuffix     = "meta"
 	taskSegment    = "task/"
+	timerSegment   = "timer/"
 	stopSuffix     = "stop"
 	dirsSuffix     = "directives"
 	sessionKeySep  = "/"
@@ -77,6 +78,20 @@ func metaKey(sid string) []byte { return []byte(sessionRoot(sid) + metaSuffix) }
 func taskPrefix(sid string) []byte { return []byte(sessionRoot(sid) + taskSegment) }
 
 func taskKey(sid, taskID string) []byte { return []byte(sessionRoot(sid) + taskSegment + taskID) }
+
+func timerPrefix(sid string) []byte { return []byte(sessionRoot(sid) + timerSegment) }
+
+func timerKey(sid, id string) []byte { return []byte(sessionRoot(sid) + timerSegment + id) }
+
+// isTimerKey reports whether k is v1/s/<sid>/timer/<id>.
+func isTimerKey(k []byte) bool {
+	rest, ok := strings.CutPrefix(string(k), sessionPrefix)
+	if !ok {
+		return false
+	}
+	i := strings.IndexByte(rest, '/')
+	return i > 0 && strings.HasPrefix(rest[i+1:], timerSegment)
+}
 
 func stopKey(sid string) []byte { return []byte(sessionRoot(sid) + stopSuffix) }
 

@@ -38,6 +38,39 @@ type ClockTask struct {
 	DeliveryCount   int    `json:"deliveryCount"`
 	ReservedBy      string `json:"reservedBy,omitempty"` // request id holding the reservation
 	ReservedAt      int64  `json:"reservedAt,omitempty"`
+	// Notice, when set, makes this a notice another feature left for the
+	// session (a background timer's completion, docs/timers.md): its text is
+	// injected verbatim, and the clock tool neither lists nor counts it.
+	Notice string `json:"notice,omitempty"`
+}
+
+// Timer is one timer of the timer tools (docs/timers.md; seed 004). Times
+// are Unix ms of host time; durations are ms.
+type Timer struct {
+	TimerID   string `json:"timerId"`
+	SessionID string `json:"sessionId"`
+	Reason    string `json:"reason,omitempty"`
+	TotalMs   int64  `json:"totalMs"`
+	CreatedAt int64  `json:"createdAt"`
+	Status    string `json:"status"`
+	// EndAt is when a running timer completes (host time; the in-memory
+	// wait uses monotonic time and only restarts read this).
+	EndAt int64 `json:"endAt,omitempty"`
+	// RemainingMs is what a paused timer has left; PauseUntil is when the
+	// pause ends by itself.
+	RemainingMs int64 `json:"remainingMs,omitempty"`
+	PauseUntil  int64 `json:"pauseUntil,omitempty"`
+	// Background: notify when it completes (cancel_timer, a dropped wait).
+	Background bool              `json:"background,omitempty"`
+	FinishedAt int64             `json:"finishedAt,omitempty"` // Completed or Stopped
+	History    []TimerTransition `json:"history"`
+}
+
+// TimerTransition is one recorded change of a timer's state.
+type TimerTransition struct {
+	At     int64  `json:"at"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // StopMessage is the per-session auto-continue state (docs/continuation.md).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/storage"
 )
 
 // ApplyDirective applies a clock or clock:clear directive (docs/directives.md) for the
@@ -40,7 +41,26 @@ func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.store.ClearTasks(sessionID)
+	// Notices are not the model's tasks: clearing reminders keeps them.
+	n := 0
+	err := e.store.Update(func(tx *storage.Tx) error {
+		n = 0
+		ts, err := tx.Tasks(sessionID)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			if t.Notice != "" {
+				continue
+			}
+			if _, err := tx.DeleteTask(sessionID, t.TaskID); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // ScheduleFromDirective schedules what the user wrote in

@@ -28,6 +28,9 @@ const (
 	DefaultSweepEvery     = 60 * time.Second
 	DefaultNearDuplicate  = 5 * time.Minute
 	DefaultMaxTasks       = 200
+	// DefaultNoticeRetention keeps an undelivered notice a week: it is news
+	// the model asked for, and the user may come back late.
+	DefaultNoticeRetention = 7 * 24 * time.Hour
 )
 
 // maxItemsPerCall and maxTaskLen bound one schedule call.
@@ -49,14 +52,16 @@ type Config struct {
 	// NTP reports the tracker state for `get`; nil reports "disabled".
 	NTP func() ntp.State
 	// Location is the default zone for `get` and for repeats; default UTC.
-	Location       *time.Location
-	DueWindow      time.Duration
-	Retention      time.Duration
-	ReservationTTL time.Duration // an older reservation no longer blocks injection
-	SweepEvery     time.Duration
-	NearDuplicate  time.Duration
-	MaxTasks       int // per session
-	Logger         *slog.Logger
+	Location  *time.Location
+	DueWindow time.Duration
+	Retention time.Duration
+	// NoticeRetention is how long an undelivered notice waits for a request.
+	NoticeRetention time.Duration
+	ReservationTTL  time.Duration // an older reservation no longer blocks injection
+	SweepEvery      time.Duration
+	NearDuplicate   time.Duration
+	MaxTasks        int // per session
+	Logger          *slog.Logger
 }
 
 // Engine executes the clock tool and manages reminder delivery. It is safe
@@ -88,6 +93,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	setDefault(&cfg.DueWindow, DefaultDueWindow)
 	setDefault(&cfg.Retention, DefaultRetention)
+	setDefault(&cfg.NoticeRetention, DefaultNoticeRetention)
 	setDefault(&cfg.ReservationTTL, DefaultReservationTTL)
 	setDefault(&cfg.SweepEvery, DefaultSweepEvery)
 	setDefault(&cfg.NearDuplicate, DefaultNearDuplicate)
@@ -134,7 +140,11 @@ func (e *Engine) isDue(t storage.ClockTask, now time.Time) bool {
 }
 
 func (e *Engine) isExpired(t storage.ClockTask, now time.Time) bool {
-	return now.UnixMilli() > t.DueAt+e.cfg.Retention.Milliseconds()
+	keep := e.cfg.Retention
+	if t.Notice != "" {
+		keep = e.cfg.NoticeRetention
+	}
+	return now.UnixMilli() > t.DueAt+keep.Milliseconds()
 }
 
 // blockedFor reports whether notBeforeRequestId keeps t out of requestID:

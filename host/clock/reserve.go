@@ -19,6 +19,8 @@ type Reminder struct {
 	Arguments string // compact JSON text or ""
 	Repeat    string
 	DueAt     time.Time
+	// Notice is a notice's text, injected verbatim (notice.go).
+	Notice string
 }
 
 // ErrNoRequestID is returned by Reserve without a request id: a reservation
@@ -93,7 +95,7 @@ func (e *Engine) reserve(sessionID, requestID string, now time.Time) ([]Reminder
 			ids = append(ids, t.TaskID)
 			out = append(out, Reminder{
 				TaskID: t.TaskID, SessionID: t.SessionID, Task: t.Task, Tool: t.Tool,
-				Arguments: t.Arguments, Repeat: t.Repeat, DueAt: e.dueTime(t),
+				Arguments: t.Arguments, Repeat: t.Repeat, DueAt: e.dueTime(t), Notice: t.Notice,
 			})
 		}
 		r, ok, err := tx.Reservation(requestID)
@@ -201,13 +203,21 @@ const ReminderFooter = "You may call tools to do these tasks."
 // RenderReminders is the exact user text injected for due tasks (docs/clock-tool.md):
 // one line per task, `[scheduled task:"<task>"]`, then the suggested tool
 // and arguments when present, and a final line saying tools may be used.
-// It returns "" for no reminders.
+// A notice is its own text on one line, and notices alone get no final
+// line. It returns "" for no reminders.
 func RenderReminders(rs []Reminder) string {
 	if len(rs) == 0 {
 		return ""
 	}
 	var b strings.Builder
+	tasks := 0
 	for _, r := range rs {
+		if r.Notice != "" {
+			b.WriteString(oneLine(r.Notice))
+			b.WriteByte('\n')
+			continue
+		}
+		tasks++
 		b.WriteString(`[scheduled task:"`)
 		b.WriteString(escapeLine(r.Task))
 		b.WriteString(`"]`)
@@ -223,6 +233,9 @@ func RenderReminders(rs []Reminder) string {
 			b.WriteString(oneLine(r.Arguments))
 		}
 		b.WriteByte('\n')
+	}
+	if tasks == 0 {
+		return strings.TrimSuffix(b.String(), "\n")
 	}
 	b.WriteString(ReminderFooter)
 	return b.String()

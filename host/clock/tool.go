@@ -234,7 +234,7 @@ func (e *Engine) schedule(ctx context.Context, sessionID, requestID string, item
 		}
 		live := existing[:0:0]
 		for _, t := range existing {
-			if !e.isExpired(t, now) {
+			if !e.isExpired(t, now) && t.Notice == "" {
 				live = append(live, t)
 			}
 		}
@@ -456,7 +456,7 @@ func (e *Engine) list(sessionID string) (any, *toolError) {
 	now := e.now()
 	items := []ListedTask{}
 	for _, t := range ts {
-		if e.isExpired(t, now) {
+		if e.isExpired(t, now) || t.Notice != "" {
 			continue
 		}
 		lt := ListedTask{TaskID: t.TaskID, DueAt: formatDue(e.dueTime(t)), Task: t.Task, Repeat: t.Repeat, DeliveryCount: t.DeliveryCount}
@@ -485,7 +485,15 @@ func (e *Engine) cancel(sessionID, taskID string) (any, *toolError) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	removed, err := e.store.DeleteTask(sessionID, taskID)
+	removed := false
+	err := e.store.Update(func(tx *storage.Tx) error {
+		t, ok, err := tx.Task(sessionID, taskID)
+		if err != nil || !ok || t.Notice != "" {
+			return err
+		}
+		removed, err = tx.DeleteTask(sessionID, taskID)
+		return err
+	})
 	if err != nil {
 		return nil, storageFailure(err)
 	}
@@ -575,7 +583,7 @@ func (e *Engine) update(ctx context.Context, sessionID, requestID, taskID string
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if !ok || t.Notice != "" {
 			return unknownTask(taskID)
 		}
 		rescheduled := false
