@@ -3,6 +3,7 @@ package hostapi
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/chimehq/chime/llm"
 )
@@ -52,4 +53,64 @@ func ClockToolSpec() llm.ToolSpec {
 		Parameters:  json.RawMessage(clockSchema),
 		Strict:      true,
 	}
+}
+
+// The timer tools (docs/timers.md; seed 004): a model waits on a timer
+// inside a tool call the host holds, so a wait costs no API call.
+const (
+	TimerToolName       = "timer"
+	ReadTimerToolName   = "read_timer"
+	StopTimerToolName   = "stop_timer"
+	CancelTimerToolName = "cancel_timer"
+	PauseTimerToolName  = "pause_timer"
+	ResumeTimerToolName = "resume_timer"
+)
+
+// TimerToolNames lists the timer tools in injection order.
+func TimerToolNames() []string {
+	return []string{TimerToolName, ReadTimerToolName, StopTimerToolName, CancelTimerToolName, PauseTimerToolName, ResumeTimerToolName}
+}
+
+const timerResultNote = ` Results are JSON: {ok, timer_id, status, total_s, remaining_s, elapsed_s, timed_out, reason}; ok:false carries the reason (unknown timer, wrong state, bad duration). Statuses: Running, Waiting, Paused, Background, Completed, Stopped.`
+
+// TimerToolSpecs returns the six strict timer tool schemas of docs/timers.md:
+// every property is required (unused ones take "" or 0) and no others are
+// allowed.
+func TimerToolSpecs() []llm.ToolSpec {
+	prop := func(name, typ, desc string) string {
+		return `"` + name + `":{"type":"` + typ + `","description":` + jsonString(desc) + `}`
+	}
+	id := prop("timer_id", "string", `The timer, from an earlier result; "" to create one (timer) or to list all (read_timer).`)
+	reason := prop("reason", "string", `Why, in a few words; "" if none.`)
+	schema := func(props ...string) json.RawMessage {
+		names := make([]string, len(props))
+		for i, p := range props {
+			names[i] = p[1:strings.Index(p[1:], `"`)+1]
+		}
+		return json.RawMessage(`{"type":"object","properties":{` + strings.Join(props, ",") +
+			`},"required":["` + strings.Join(names, `","`) + `"],"additionalProperties":false}`)
+	}
+	spec := func(name, desc string, params json.RawMessage) llm.ToolSpec {
+		return llm.ToolSpec{Name: name, Description: desc + timerResultNote, Parameters: params, Strict: true}
+	}
+	return []llm.ToolSpec{
+		spec(TimerToolName, `Wait for something (a build, a deploy, a server start) without polling. With timer_id "", create a timer of total_duration seconds and wait on it; with a timer_id, keep waiting on that timer (its end stands; total_duration is ignored). The call returns when the timer completes, or after timeout_duration seconds with timed_out:true and the timer still running — check on the thing you wait for, then call timer again with the same timer_id, or stop_timer when it is done. timeout_duration 0 waits as long as allowed; every wait is capped (the result says so). Waiting costs nothing.`,
+			schema(prop("total_duration", "number", "Seconds the timer runs in all (when creating); 0 when continuing."),
+				prop("timeout_duration", "number", "Seconds to wait in this call before returning with timed_out:true; 0 = as long as allowed."),
+				id, reason)),
+		spec(ReadTimerToolName, `Read one timer of this session, or all of them with timer_id "".`, schema(id)),
+		spec(StopTimerToolName, `Kill a timer: it becomes Stopped and sends no notice. Use it when what you waited for is done.`, schema(id, reason)),
+		spec(CancelTimerToolName, `Stop waiting on a timer but keep it running in the background: when it ends you get a user message [timer completed: "<reason>" id=<id> after <duration>]. Use it to do other work meanwhile.`, schema(id, reason)),
+		spec(PauseTimerToolName, `Freeze a timer's remaining time for pause_duration seconds; it resumes by itself after that.`,
+			schema(id, prop("pause_duration", "number", "Seconds to stay paused (more than 0)."), reason)),
+		spec(ResumeTimerToolName, `Resume a paused timer before its pause ends.`, schema(id, reason)),
+	}
+}
+
+func jsonString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
