@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
 )
@@ -69,6 +70,16 @@ type Config struct {
 	// DisableClock turns the clock feature off: prepare announces no tools
 	// and reserves nothing, and the clock tool answers ok:false.
 	DisableClock bool
+	// DisableTimers turns the timer tools off (timers.enabled=false,
+	// docs/timers.md): prepare does not announce them and calls answer
+	// ok:false. Timers already running keep running.
+	DisableTimers bool
+	// TimerMaxWait is timers.maxWait, the longest one timer call is held
+	// (default timers.DefaultMaxWait); TimerMaxPerSession and
+	// TimerRetention bound a session's live timers and keep finished ones.
+	TimerMaxWait       time.Duration
+	TimerMaxPerSession int
+	TimerRetention     time.Duration
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
@@ -94,6 +105,10 @@ func DefaultConfig() Config {
 		MaxChainDuration: DefaultMaxChainDuration,
 		FollowupTimeout:  DefaultFollowupTimeout,
 		Reentry:          DefaultReentry,
+
+		TimerMaxWait:       timers.DefaultMaxWait,
+		TimerMaxPerSession: timers.DefaultMaxPerSession,
+		TimerRetention:     timers.DefaultRetention,
 	}
 }
 
@@ -175,6 +190,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Reentry == "" {
 		c.Reentry = DefaultReentry
+	}
+	if c.TimerMaxWait <= 0 {
+		c.TimerMaxWait = timers.DefaultMaxWait
+	}
+	if c.TimerMaxPerSession <= 0 {
+		c.TimerMaxPerSession = timers.DefaultMaxPerSession
+	}
+	if c.TimerRetention <= 0 {
+		c.TimerRetention = timers.DefaultRetention
 	}
 	c.Clock = timesource.OrReal(c.Clock)
 	return c

@@ -143,10 +143,11 @@ type configFile struct {
 	Clock  clockSection  `yaml:"clock"`
 	Holds  holdsSection  `yaml:"holds"`
 	Guards guardsSection `yaml:"guards"`
+	Timers timersSection `yaml:"timers"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, crossChecks{f}}
 }
 
 // configSection is one part of the file.
@@ -279,6 +280,30 @@ func (s *guardsSection) apply(cfg *Config) {
 	cfg.MaxHops, cfg.MaxChainDuration, cfg.FollowupTimeout = s.MaxHops, s.MaxChainDuration, s.FollowupTimeout
 }
 
+// timersSection is docs/timers.md.
+type timersSection struct {
+	Enabled       bool          `yaml:"enabled"`
+	MaxWait       time.Duration `yaml:"maxWait"`
+	MaxPerSession int           `yaml:"maxPerSession"`
+	Retention     time.Duration `yaml:"retention"`
+}
+
+func (s *timersSection) from(cfg Config) {
+	s.Enabled, s.MaxWait, s.MaxPerSession, s.Retention = !cfg.DisableTimers, cfg.TimerMaxWait, cfg.TimerMaxPerSession, cfg.TimerRetention
+}
+
+func (s *timersSection) check(c *checker) {
+	c.positive("timers.maxWait", s.MaxWait)
+	if s.MaxPerSession < 1 {
+		c.bad("timers.maxPerSession", fmt.Sprintf("%d: must be at least 1", s.MaxPerSession))
+	}
+	c.positive("timers.retention", s.Retention)
+}
+
+func (s *timersSection) apply(cfg *Config) {
+	cfg.DisableTimers, cfg.TimerMaxWait, cfg.TimerMaxPerSession, cfg.TimerRetention = !s.Enabled, s.MaxWait, s.MaxPerSession, s.Retention
+}
+
 // crossChecks are rules between sections; it has no fields of its own.
 type crossChecks struct{ f *configFile }
 
@@ -295,6 +320,10 @@ func (x crossChecks) check(c *checker) {
 		c.bad("holds.max", fmt.Sprintf("%s is longer than guards.maxChainDuration %s, which bounds every hold", h, g))
 	default: // the file lowered the guard below the default hold
 		c.bad("guards.maxChainDuration", fmt.Sprintf("%s is shorter than holds.max %s; every hold runs inside its chain", g, h))
+	}
+	// A timer call is held inside its chain too.
+	if w := x.f.Timers.MaxWait; w > 0 && g > 0 && w > g {
+		c.bad("timers.maxWait", fmt.Sprintf("%s is longer than guards.maxChainDuration %s, which bounds every wait", w, g))
 	}
 }
 

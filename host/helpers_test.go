@@ -158,3 +158,6 @@ func serve(s *Service, req *http.Request) *httptest.ResponseRecorder {
 	s.Handler().ServeHTTP(rec, req)
 	return rec
 }
+
+// allTools is what prepare announces with every family enabled.
+var allTools = append([]string{hostapi.ClockToolName}, hostapi.TimerToolNames()...)

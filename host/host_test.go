@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -193,7 +194,7 @@ func TestReminderReserveCommitRollback(t *testing.T) {
 	if !ans.Reserved || ans.Reminders != reminderFor("water the plants") {
 		t.Fatalf("due reminder: %+v", ans)
 	}
-	if ans.NowMs != f.clk.Now().UnixMilli() || !slices.Equal(ans.Tools, []string{"clock"}) {
+	if ans.NowMs != f.clk.Now().UnixMilli() || !slices.Equal(ans.Tools, allTools) {
 		t.Fatalf("nowMs/tools: %+v", ans)
 	}
 	// A concurrent request of the session does not get the reserved task.
@@ -275,7 +276,7 @@ func TestPrepareWithoutSession(t *testing.T) {
 	if ans.Reserved || ans.Reminders != "" || ans.Route != "" {
 		t.Fatalf("no-session prepare injected: %+v", ans)
 	}
-	if !slices.Equal(ans.Tools, []string{"clock"}) {
+	if !slices.Equal(ans.Tools, allTools) {
 		t.Fatalf("tools without a session: %v", ans.Tools)
 	}
 	if ts, _ := f.svc.store.ListTasks("someone"); len(ts) != 1 {
@@ -290,7 +291,7 @@ func TestPrepareWithoutSession(t *testing.T) {
 		t.Fatalf("get without session: %v", r)
 	}
 	// No session and no request id is fine too; malformed JSON is 400.
-	if ans := f.prepare(t, hostapi.PrepareRequest{}); !slices.Equal(ans.Tools, []string{"clock"}) {
+	if ans := f.prepare(t, hostapi.PrepareRequest{}); !slices.Equal(ans.Tools, allTools) {
 		t.Fatalf("empty prepare: %+v", ans)
 	}
 	for _, body := range []string{`{`, `[1,2]`, `{"requestId": 5}`, `{} {}`, ``} {
@@ -378,7 +379,7 @@ func TestStorageFailureKeepsServing(t *testing.T) {
 	}
 	// Prepare still answers, with the time and tools but no reminders.
 	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "b-3", SessionID: sid, Directives: []hostapi.HostDirective{{Kind: "stopMessage", Text: "go"}}})
-	if ans.Reserved || ans.NowMs != t0.UnixMilli() || len(ans.Tools) != 1 {
+	if ans.Reserved || ans.NowMs != t0.UnixMilli() || !slices.Equal(ans.Tools, allTools) {
 		t.Fatalf("prepare on a closed store: %+v", ans)
 	}
 	if rec := f.do(t, http.MethodGet, "/healthz", "", nil); rec.Code != http.StatusOK {
@@ -466,11 +467,23 @@ func TestStateAndHealthz(t *testing.T) {
 func TestDisableClock(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *Config) { c.DisableClock = true })
-	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "d-1", SessionID: "s"}); len(ans.Tools) != 0 {
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "d-1", SessionID: "s"}); !slices.Equal(ans.Tools, hostapi.TimerToolNames()) {
 		t.Fatalf("tools with clock disabled: %v", ans.Tools)
 	}
 	if r := f.tool(t, "s", "d-2", "clock", `{"action":"get","items":[],"taskId":""}`); r.ok() {
 		t.Fatalf("clock tool with clock disabled: %v", r)
+	}
+}
+
+func TestDisableTimers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.DisableTimers = true })
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "d-1", SessionID: "s"}); !slices.Equal(ans.Tools, []string{"clock"}) {
+		t.Fatalf("tools with timers disabled: %v", ans.Tools)
+	}
+	r := f.tool(t, "s", "d-2", "timer", `{"total_duration":5,"timeout_duration":1,"timer_id":"","reason":""}`)
+	if r.ok() || !strings.Contains(fmt.Sprint(r), "disabled") {
+		t.Fatalf("timer tool with timers disabled: %v", r)
 	}
 }
 

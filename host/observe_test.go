@@ -206,7 +206,7 @@ func TestServeLifecycle(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"tools":["clock"]`) {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"tools":["clock","timer",`) {
 		t.Fatalf("live prepare: %d %s", resp.StatusCode, body)
 	}
 	cancel()

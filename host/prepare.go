@@ -49,7 +49,10 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 		return ans
 	}
 	var pending bool
-	if !s.cfg.DisableClock {
+	// A background timer that ended a moment ago has its notice in place
+	// before the reservation reads the session.
+	s.timers.CompleteDue(ctx, sid)
+	if !s.cfg.DisableClock || !s.cfg.DisableTimers {
 		var rs []clock.Reminder
 		var err error
 		rs, pending, err = s.engine.ReserveAndPending(ctx, sid, req.RequestID, now)
@@ -65,7 +68,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
-	ans.MayContinue = pending || s.stops.Active(sid)
+	ans.MayContinue = pending || s.stops.Active(sid) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
 	var err error
 	if ans.Route, err = route.Pinned(s.store, sid); err != nil {
 		s.log.Warn("reading session record failed", "err", err)
@@ -137,4 +140,11 @@ func directiveLabel(kind string) string {
 		return kind
 	}
 	return "unknown"
+}
+
+// noticeWithin reports whether a background timer of the session ends
+// within d: its notice can still continue this request's response.
+func (s *Service) noticeWithin(sid string, now time.Time, d time.Duration) bool {
+	at, ok := s.timers.NextNotice(sid)
+	return ok && !at.After(now.Add(d))
 }

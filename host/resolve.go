@@ -61,21 +61,32 @@ func (s *Service) Cancel(requestID string) { s.resolver.Cancel(requestID) }
 // holdReminders adapts the clock engine for holds.
 type holdReminders struct{ s *Service }
 
+// NextDue is the earlier of the next reminder and the next background
+// timer end (its notice, docs/timers.md#notices).
 func (h holdReminders) NextDue(ctx context.Context, sid, requestID string) (time.Time, bool) {
-	if h.s.cfg.DisableClock {
-		return time.Time{}, false
+	due, ok := time.Time{}, false
+	if !h.s.cfg.DisableClock {
+		due, ok = h.s.engine.NextDue(ctx, sid, requestID)
 	}
-	return h.s.engine.NextDue(ctx, sid, requestID)
+	if at, tok := h.s.timers.NextNotice(sid); tok && (!ok || at.Before(due)) {
+		due, ok = at, true
+	}
+	return due, ok
 }
 
 func (h holdReminders) Reserve(ctx context.Context, sid, requestID string, now time.Time) (string, error) {
+	h.s.timers.CompleteDue(ctx, sid) // the scheduler may be a tick behind the hold
 	rs, err := h.s.engine.Reserve(ctx, sid, requestID, now)
 	if err != nil || len(rs) == 0 {
 		return "", err
 	}
+	return h.render(requestID, rs), nil
+}
+
+func (h holdReminders) render(requestID string, rs []clock.Reminder) string {
 	h.s.metrics.RemindersInjected.Add(float64(len(rs)))
 	h.s.log.Info("reminders reserved for a hold", "request", requestID, "count", len(rs))
-	return clock.RenderReminders(rs), nil
+	return clock.RenderReminders(rs)
 }
 
 func (h holdReminders) Commit(ctx context.Context, requestID string) (int, error) {

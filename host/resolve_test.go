@@ -852,7 +852,13 @@ func TestPrepareMayContinue(t *testing.T) {
 	if !ans.MayContinue {
 		t.Error("active stopMessage: no mayContinue")
 	}
-	f.schedule(t, "sess-task", "later", t0.Add(3*time.Hour))
+	// A task hours away cannot be held for: no resolve round trip.
+	f.schedule(t, "sess-far", "later", t0.Add(3*time.Hour))
+	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r2", SessionID: "sess-far"}); ans.MayContinue {
+		t.Error("a task 3 h away: mayContinue")
+	}
+	// One due within holds.max of the response's end can be.
+	f.schedule(t, "sess-task", "soon", t0.Add(150*time.Second))
 	if ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r2", SessionID: "sess-task"}); !ans.MayContinue {
 		t.Error("pending task: no mayContinue")
 	}

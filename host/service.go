@@ -32,6 +32,7 @@ import (
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
 	"github.com/chimehq/chime/host/stopmessage"
+	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
@@ -57,6 +58,7 @@ type Service struct {
 	tracker  *ntp.Tracker
 	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
+	timers   *timers.Manager
 	stops    *stopmessage.Messages
 	tools    *serverTools
 	touches  *touch.Batcher
@@ -72,6 +74,11 @@ type Service struct {
 }
 
 var _ ToolExecutor = (*Service)(nil)
+
+// responseAllowance is how long a response may still take after its
+// prepare: a task due within holds.max of the response's end can be held
+// for, so prepare's mayContinue looks this much further ahead.
+const responseAllowance = 2 * time.Minute
 
 // devTokenWarning is logged once per process, however many services start.
 var devTokenWarning sync.Once
@@ -108,6 +115,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	engine, err := clock.New(clock.Config{
 		Store: store, Clock: hostClock, NTP: tracker.Snapshot,
 		DueWindow: cfg.DueWindow, Retention: cfg.Retention, Logger: logger,
+		PendingHorizon: cfg.HoldMax + responseAllowance,
 	})
 	if err != nil {
 		_ = store.Close()
@@ -120,6 +128,19 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
 	}
+	s.timers, err = timers.New(timers.Config{
+		Store: store, Clock: hostClock, Mono: cfg.Clock,
+		MaxWait: cfg.TimerMaxWait, MaxPerSession: cfg.TimerMaxPerSession, Retention: cfg.TimerRetention,
+		Notify: s.timerNotice,
+		Fired:  func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
+		Logger: logger,
+	})
+	if err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	s.metrics.RegisterGaugeFunc("chime_timers_live", "Timers running, waited on, paused or in the background.",
+		func() float64 { return float64(s.timers.Live()) })
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()
@@ -150,8 +171,15 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.tracker.Start(ctx)
+	// Timers come back before the first request can call a timer tool.
+	if n, done, err := s.timers.Restore(ctx); err != nil {
+		s.log.Warn("restoring timers failed; those not restored stay stored", "err", err)
+	} else if n > 0 {
+		s.log.Info("timers restored", "count", n, "completed while down", done)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.engine.Run(ctx) })
+	wg.Go(func() { _ = s.timers.Run(ctx) })
 	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
 	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })

@@ -22,6 +22,9 @@ type toolFamily struct {
 	names []string
 	// disabled families are not injected, and their calls get ok:false.
 	disabled bool
+	// blocking tools hold their call (a timer wait): the calls of one turn
+	// run in parallel rather than one after the other.
+	blocking bool
 	run      func(ctx context.Context, sessionID, requestID, name string, args json.RawMessage) json.RawMessage
 }
 
@@ -31,8 +34,7 @@ type serverTools struct {
 	byName   map[string]*toolFamily
 }
 
-// newServerTools registers the families of the host's features; a new
-// family (the timer tools of docs/roadmap.md#timer-tools) goes beside clock.
+// newServerTools registers the families of the host's features.
 func (s *Service) newServerTools() *serverTools {
 	return newToolSet(
 		&toolFamily{
@@ -42,7 +44,22 @@ func (s *Service) newServerTools() *serverTools {
 				return s.engine.Execute(ctx, sid, rid, args)
 			},
 		},
+		&toolFamily{
+			names:    hostapi.TimerToolNames(),
+			disabled: s.cfg.DisableTimers,
+			blocking: true,
+			run: func(ctx context.Context, sid, _, name string, args json.RawMessage) json.RawMessage {
+				return s.timers.Execute(ctx, sid, name, args)
+			},
+		},
 	)
+}
+
+// Blocking reports whether a server tool holds its call (resolve.Tools):
+// such calls of one turn run in parallel.
+func (s *Service) Blocking(name string) bool {
+	f := s.tools.byName[name]
+	return f != nil && f.blocking && !f.disabled
 }
 
 func newToolSet(families ...*toolFamily) *serverTools {

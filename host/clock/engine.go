@@ -57,11 +57,15 @@ type Config struct {
 	Retention time.Duration
 	// NoticeRetention is how long an undelivered notice waits for a request.
 	NoticeRetention time.Duration
-	ReservationTTL  time.Duration // an older reservation no longer blocks injection
-	SweepEvery      time.Duration
-	NearDuplicate   time.Duration
-	MaxTasks        int // per session
-	Logger          *slog.Logger
+	// PendingHorizon limits ReserveAndPending's pending report to tasks
+	// injectable within it (holds.max plus the response's own time); 0
+	// counts every future task.
+	PendingHorizon time.Duration
+	ReservationTTL time.Duration // an older reservation no longer blocks injection
+	SweepEvery     time.Duration
+	NearDuplicate  time.Duration
+	MaxTasks       int // per session
+	Logger         *slog.Logger
 }
 
 // Engine executes the clock tool and manages reminder delivery. It is safe

@@ -67,6 +67,9 @@ func (e *Engine) ReserveAndPending(ctx context.Context, sessionID, requestID str
 
 // pendingForChain: t may still be delivered to a followup of requestID.
 func (e *Engine) pendingForChain(t storage.ClockTask, requestID string, now time.Time) bool {
+	if h := e.cfg.PendingHorizon; h > 0 && t.DueAt-e.cfg.DueWindow.Milliseconds() > now.Add(h).UnixMilli() {
+		return false // too far off for a hold of this chain
+	}
 	return t.DeliveredAt == 0 && !e.isExpired(t, now) && !blockedFor(t, requestID+":") &&
 		!e.reservedByOther(t, requestID, now) && !e.injectable(t, requestID, now)
 }

@@ -47,6 +47,12 @@ type Metrics struct {
 	// HTTP status, "none" without an answer, "unsent" when it could not be
 	// built); the client got the last good turn with a note (docs/failures.md).
 	FollowupFailures *prometheus.CounterVec
+	// TimerNotices counts background timer completions queued as notices;
+	// TimerLateness observes how late timers complete against their due
+	// time (docs/timers.md). The live-timer gauge is registered by the host
+	// with RegisterGaugeFunc.
+	TimerNotices  prometheus.Counter
+	TimerLateness prometheus.Histogram
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -90,6 +96,15 @@ func New(snapshot func() ntp.State) *Metrics {
 			Help: "Followups that failed, by kind (tool, stop, hold) and code (HTTP status, none, unsent).",
 		}, []string{"kind", "code"}),
 	}
+	m.TimerNotices = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chime_timer_notices_total", Help: "Background timer completions queued for their session.",
+	})
+	m.TimerLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chime_timer_lateness_seconds",
+		Help:    "How late timers complete against their due time.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5},
+	})
+	r.MustRegister(m.TimerNotices, m.TimerLateness)
 	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
 		m.Followups, m.Chains, m.Holds, m.FollowupFailures,
 		ntpCollector{snapshot: snapshot},
@@ -99,6 +114,11 @@ func New(snapshot func() ntp.State) *Metrics {
 	m.Reservations.WithLabelValues(Committed)
 	m.Reservations.WithLabelValues(RolledBack)
 	return m
+}
+
+// RegisterGaugeFunc adds a gauge read at scrape time.
+func (m *Metrics) RegisterGaugeFunc(name, help string, f func() float64) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 }
 
 // Handler serves the registry in the Prometheus text format.

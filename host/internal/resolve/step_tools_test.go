@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/resolve/resolvetest"
@@ -86,5 +88,82 @@ func TestToolStepStoppedWhileRunning(t *testing.T) {
 	ch := &resolvetest.Chain{T: &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "1", Name: "clock"}}}, Session: "s", Request: "r", Server: []string{"clock"}}
 	if _, ok, reason := s.Next(ctx, ch); ok || reason != resolve.ReasonCancelled {
 		t.Fatalf("Next = %v %q", ok, reason)
+	}
+}
+
+// barrierTools holds every "timer" call until all of them have started, so
+// the test deadlocks (and fails on its guard) unless they run in parallel.
+type barrierTools struct {
+	want    int
+	started chan string
+	release chan struct{}
+	mu      sync.Mutex
+	order   []string
+}
+
+func (b *barrierTools) Blocking(name string) bool { return name == "timer" }
+
+func (b *barrierTools) Execute(_ context.Context, _, _, name string, args json.RawMessage) json.RawMessage {
+	b.mu.Lock()
+	b.order = append(b.order, name+string(args))
+	b.mu.Unlock()
+	if name == "timer" {
+		b.started <- string(args)
+		<-b.release
+	}
+	return json.RawMessage(fmt.Sprintf(`{"ok":true,"args":%s}`, args))
+}
+
+// docs/timers.md: several timer calls of one turn wait in parallel, and
+// the results keep the order of the calls.
+func TestToolStepRunsBlockingCallsInParallel(t *testing.T) {
+	t.Parallel()
+	tools := &barrierTools{started: make(chan string, 3), release: make(chan struct{})}
+	s, err := resolve.NewToolStep(tools, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []llm.ToolCall{{ID: "1", Name: "timer", Arguments: `{"n":1}`}, {ID: "2", Name: "clock", Arguments: `{"n":2}`}, {ID: "3", Name: "timer", Arguments: `{"n":3}`}}
+	ch := &resolvetest.Chain{T: &llm.Turn{ToolCalls: calls}, Session: "s", Request: "r", Server: []string{"clock", "timer"}, Proto: llm.Chat, Body: []byte(`{}`)}
+	type next struct {
+		f  resolve.Followup
+		ok bool
+	}
+	done := make(chan next, 1)
+	go func() {
+		f, ok, _ := s.Next(context.Background(), ch)
+		done <- next{f, ok}
+	}()
+	for range 2 { // both timer calls are held at once
+		select {
+		case <-tools.started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the timer calls did not run in parallel")
+		}
+	}
+	close(tools.release)
+	n := <-done
+	if !n.ok || len(n.f.Results) != 3 {
+		t.Fatalf("followup %+v", n)
+	}
+	for i, want := range []string{`{"ok":true,"args":{"n":1}}`, `{"ok":true,"args":{"n":2}}`, `{"ok":true,"args":{"n":3}}`} {
+		if n.f.Results[i].Output != want || n.f.Results[i].CallID != calls[i].ID {
+			t.Fatalf("result %d: %+v", i, n.f.Results[i])
+		}
+	}
+}
+
+// A mixed turn is not followed up, so its blocking calls do not run.
+func TestToolStepMixedTurnSkipsBlockingCalls(t *testing.T) {
+	t.Parallel()
+	tools := &barrierTools{started: make(chan string, 3), release: make(chan struct{})}
+	s, _ := resolve.NewToolStep(tools, nil)
+	ch := &resolvetest.Chain{T: &llm.Turn{ToolCalls: []llm.ToolCall{{ID: "1", Name: "exec"}, {ID: "2", Name: "timer", Arguments: `{}`}, {ID: "3", Name: "clock", Arguments: `{}`}}},
+		Session: "s", Request: "r", Server: []string{"clock", "timer"}}
+	if _, ok, reason := s.Next(context.Background(), ch); ok || reason != resolve.ReasonClientTools {
+		t.Fatalf("Next = %v %q", ok, reason)
+	}
+	if fmt.Sprint(tools.order) != "[clock{}]" {
+		t.Fatalf("ran %v", tools.order)
 	}
 }
