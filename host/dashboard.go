@@ -51,6 +51,9 @@ type TaskView struct {
 	Reserved        bool   `json:"reserved"`
 	CreatedAt       int64  `json:"createdAt"`
 	UpdatedAt       int64  `json:"updatedAt"`
+	// Kind is "task" (the model's reminder) or "notice" (a background
+	// timer's completion waiting for the session, docs/timers.md).
+	Kind string `json:"kind"`
 	// Only with ?include=text:
 	Task      string `json:"task,omitempty"`
 	Tool      string `json:"tool,omitempty"`
@@ -158,7 +161,10 @@ func (s *Service) handleTasks(w http.ResponseWriter, r *http.Request, includeTex
 		v := TaskView{
 			TaskID: t.TaskID, DueAt: t.DueAt, Repeat: t.Repeat, MaxRuns: t.MaxRuns, Runs: t.Runs,
 			DeliveredAt: t.DeliveredAt, LastDeliveredAt: t.LastDeliveredAt, DeliveryCount: t.DeliveryCount,
-			Reserved: t.ReservedBy != "", CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+			Reserved: t.ReservedBy != "", CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Kind: "task",
+		}
+		if t.Notice != "" {
+			v.Kind = "notice"
 		}
 		if includeText {
 			v.Task, v.Tool, v.Arguments = t.Task, t.Tool, t.Arguments

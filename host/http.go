@@ -47,6 +47,8 @@ func (s *Service) routes() http.Handler {
 	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
 	handle("GET /api/sessions", "api_sessions", s.dashboard(s.handleSessions))
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
+	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
+	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(s.handleTimerAction))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {
 			w.Header().Set("Allow", allow)
