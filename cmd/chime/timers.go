@@ -175,4 +175,6 @@ func listTimers(ctx context.Context, w io.Writer, c *hostClient, session string,
 	return tw.Flush()
 }
 
-func ms(v int64) string { return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond).String() }
+func ms(v int64) string {
+	return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond).String()
+}
