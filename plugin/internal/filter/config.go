@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 )
 
@@ -37,6 +38,44 @@ type Config struct {
 	// 15 min). Absent or 0, it is DefaultResolveTimeoutMs; a host whose
 	// chain guard is above 16 min needs it raised (the host warns at start).
 	ResolveTimeoutMs int64 `json:"resolveTimeoutMs"`
+	// Tools switches the server-tool families the filter injects, by
+	// family name (docs/configuration.md): "clock" and "timers", both on
+	// when absent. The host may still leave a family out.
+	Tools map[string]bool `json:"tools"`
+}
+
+// ToolFamilies maps each server-tool family of the plugin configuration to
+// its tools (docs/timers.md, docs/clock-tool.md).
+var ToolFamilies = map[string][]string{
+	"clock":  {hostapi.ClockToolName},
+	"timers": hostapi.TimerToolNames(),
+}
+
+// injectable names the server tools the configuration allows that req
+// does not define itself, sorted.
+func (c Config) injectable(req *llm.Request) []string {
+	var out []string
+	for _, names := range ToolFamilies {
+		for _, name := range names {
+			if c.ToolEnabled(name) && !req.HasToolNamed(name) {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ToolEnabled reports whether the configuration lets the filter inject the
+// server tool name.
+func (c Config) ToolEnabled(name string) bool {
+	for family, names := range ToolFamilies {
+		if slices.Contains(names, name) {
+			on, set := c.Tools[family]
+			return on || !set
+		}
+	}
+	return false
 }
 
 // DefaultResolveTimeoutMs is a default hold (60 s) plus the §7 chain guard
@@ -114,7 +153,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
-		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs"}
+		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs", "tools"}
 }
 
 func (c Config) validate() error {
@@ -127,6 +166,11 @@ func (c Config) validate() error {
 	}
 	if strings.ContainsAny(c.Token, "\r\n\x00") {
 		errs = append(errs, errors.New("token must not contain line breaks or NUL"))
+	}
+	for family := range c.Tools {
+		if _, ok := ToolFamilies[family]; !ok {
+			errs = append(errs, fmt.Errorf("tools.%s: unknown tool family; known: clock, timers", family))
+		}
 	}
 	if _, err := llm.LoadTimezone(c.DefaultTimezone); err != nil {
 		errs = append(errs, fmt.Errorf("defaultTimezone %q is not an IANA zone", c.DefaultTimezone))

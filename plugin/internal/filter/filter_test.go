@@ -368,6 +368,41 @@ func TestClockToolOnlyWhenHostSaysSo(t *testing.T) {
 	}
 }
 
+// TestToolFamiliesSwitch: the plugin configuration's tools switch turns a
+// family off whatever the host announces, and a client's own tool of a
+// server tool's name keeps its schema (docs/timers.md).
+func TestToolFamiliesSwitch(t *testing.T) {
+	all := append([]string{"clock"}, hostapi.TimerToolNames()...)
+	for _, tc := range []struct {
+		config string
+		body   string
+		want   []string
+	}{
+		{"", `{"messages":[{"role":"user","content":"q"}]}`, []string{"clock", "timer", "read_timer", "stop_timer", "cancel_timer", "pause_timer", "resume_timer"}},
+		{`{"tools":{"timers":false}}`, `{"messages":[{"role":"user","content":"q"}]}`, []string{"clock"}},
+		{`{"tools":{"clock":false,"timers":true}}`, `{"messages":[{"role":"user","content":"q"}]}`, hostapi.TimerToolNames()},
+		{"", `{"messages":[{"role":"user","content":"q"}],"tools":[{"name":"timer","description":"mine","input_schema":{"type":"object"}}]}`,
+			[]string{"timer", "clock", "read_timer", "stop_timer", "cancel_timer", "pause_timer", "resume_timer"}},
+	} {
+		e := newEnv(t, tc.config)
+		id := e.send(llm.Messages, tc.body)
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Tools: all})
+		body := e.forwarded(id)
+		if got := toolNames(llm.Messages, body); !slices.Equal(got, tc.want) {
+			t.Errorf("config %s: injected %q, want %q", tc.config, got, tc.want)
+		}
+		if strings.Contains(tc.body, `"mine"`) && gjson.Get(body, `tools.#(name=="timer").description`).String() != "mine" {
+			t.Errorf("the client's own timer tool was replaced: %s", body)
+		}
+	}
+	if _, _, err := ParseConfig([]byte(`{"tools":{"alarms":true}}`)); err == nil || !strings.Contains(err.Error(), "tools.alarms: unknown tool family") {
+		t.Fatalf("unknown family: %v", err)
+	}
+	if _, _, err := ParseConfig([]byte(`{"tools":{"timers":"yes"}}`)); err == nil {
+		t.Fatal("a non-boolean switch was accepted")
+	}
+}
+
 // TestFailOpenStripsAndTagsWithLastOffset: the host answers once (offset
 // -12), then times out; the second request still loses its tags and gets
 // a time tag at the last known offset, and nothing else.

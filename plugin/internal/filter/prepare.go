@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"slices"
+
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
@@ -10,9 +12,13 @@ import (
 // the filter injects (the filter owns the schemas, llm/hostapi.go). Built
 // once: a spec carries its schema as a few KB of bytes, which InjectTools
 // only reads.
-var serverTools = map[string]llm.ToolSpec{
-	hostapi.ClockToolName: hostapi.ClockToolSpec(),
-}
+var serverTools = func() map[string]llm.ToolSpec {
+	m := map[string]llm.ToolSpec{hostapi.ClockToolName: hostapi.ClockToolSpec()}
+	for _, spec := range hostapi.TimerToolSpecs() {
+		m[spec.Name] = spec
+	}
+	return m
+}()
 
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
@@ -125,23 +131,37 @@ func (h *httpContext) rewrite(ans *hostapi.PrepareResponse) (remindersDelivered 
 	return remindersDelivered
 }
 
-// injectTools adds the schemas of the server tools the host enabled.
+// injectTools adds the schemas of the server tools the host enabled and
+// the plugin configuration allows, and remembers their names: only their
+// calls are withheld from the client.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
 	specs := make([]llm.ToolSpec, 0, len(names))
+	injected := make([]string, 0, len(names))
 	for _, name := range names {
 		spec, ok := serverTools[name]
-		if !ok {
+		switch {
+		case !ok:
 			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
+			continue
+		case !h.plugin.cfg.ToolEnabled(name):
+			continue
+		case req.HasToolNamed(name):
+			// The client has a tool of that name: its calls are the
+			// client's, and its schema stays.
+			proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.requestID, name)
 			continue
 		}
 		specs = append(specs, spec)
+		injected = append(injected, name)
 	}
-	if len(specs) == 0 {
-		return
+	if len(specs) > 0 {
+		if err := req.InjectTools(specs); err != nil {
+			proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.requestID, err)
+			return
+		}
 	}
-	if err := req.InjectTools(specs); err != nil {
-		proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.requestID, err)
-	}
+	slices.Sort(injected)
+	h.serverTools = injected
 }
 
 func (h *httpContext) resume() {

@@ -43,6 +43,9 @@ type httpContext struct {
 	streaming      bool   // the client asked for SSE
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
+	// serverTools are the tools injected into this request, sorted: the
+	// calls the response path withholds from the client and resolves.
+	serverTools []string
 
 	resp response
 }
@@ -152,6 +155,11 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		return proxywasm.ActionContinue
 	}
 	h.req = req
+	// Until the host names what it injects, withhold the calls of every
+	// tool this filter may inject, except the client's own of that name: a
+	// request that fails open may still get a call of a tool an earlier
+	// request offered.
+	h.serverTools = h.plugin.cfg.injectable(req)
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))

@@ -17,17 +17,6 @@ import (
 // continuation into the same response. Followups and anything the filter
 // cannot read pass untouched.
 
-// serverToolNames are the tools the filter withholds from clients: every
-// tool it can inject (prepare.go's serverTools), sorted.
-var serverToolNames = func() []string {
-	names := make([]string, 0, len(serverTools))
-	for name := range serverTools {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}()
-
 // spliceOptions render continuations: the text is complete already, so it
 // goes out in large deltas rather than token-sized ones.
 var spliceOptions = llm.RenderOptions{ChunkBytes: 512}
@@ -130,7 +119,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	if !ok {
 		return proxywasm.ActionContinue
 	}
-	if !h.mayContinue && !mayNameServerTool(body) {
+	if !h.mayContinue && !mayNameServerTool(body, h.serverTools) {
 		// Nothing to resolve or withhold: the answer passes as is, so
 		// there is no need to parse it.
 		return proxywasm.ActionContinue
@@ -153,11 +142,14 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 // mayNameServerTool reports whether a JSON body could hold a call to a
 // server tool: a tool name appears literally, or a \u escape could spell
 // one (no other JSON escape yields a letter).
-func mayNameServerTool(body []byte) bool {
+func mayNameServerTool(body []byte, names []string) bool {
+	if len(names) == 0 {
+		return false
+	}
 	if bytes.Contains(body, []byte(`\u`)) {
 		return true
 	}
-	for _, name := range serverToolNames {
+	for _, name := range names {
 		if bytes.Contains(body, []byte(name)) {
 			return true
 		}
@@ -241,7 +233,7 @@ func (h *httpContext) route(evs []llm.Event, out []byte) []byte {
 // could still grow into a server tool's name is withheld too; if it turns
 // out to be a client call, the splicer re-renders it at the end.
 func (h *httpContext) startsServerCall(ev llm.Event) bool {
-	if ev.StartsToolCall(serverToolNames) {
+	if ev.StartsToolCall(h.serverTools) {
 		return true
 	}
 	if h.protocol != llm.Chat || !ev.Kind.Has(llm.KindToolCallStart) {
@@ -251,7 +243,7 @@ func (h *httpContext) startsServerCall(ev llm.Event) bool {
 		if c.ID == "" && c.Name == "" {
 			continue // an arguments fragment
 		}
-		for _, name := range serverToolNames {
+		for _, name := range h.serverTools {
 			if strings.HasPrefix(name, c.Name) {
 				return true
 			}
@@ -265,7 +257,7 @@ func (h *httpContext) startsServerCall(ev llm.Event) bool {
 // An incomplete or failed upstream turn is never continued.
 func (h *httpContext) needsResolve(complete bool) bool {
 	t := h.resp.orig
-	n := len(t.ServerCalls(serverToolNames))
+	n := len(t.ServerCalls(h.serverTools))
 	h.plugin.serverToolCalls.add(n)
 	if !complete {
 		return false
@@ -289,7 +281,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 		Headers:     followupHeaders(h.requestHeaders),
 		Request:     json.RawMessage("null"),
 		Turn:        r.orig,
-		ServerTools: serverToolNames,
+		ServerTools: h.serverTools,
 		Streaming:   h.streaming || streaming,
 		Timezone:    h.zone.String(),
 	}
@@ -365,9 +357,9 @@ func continuation(ans *hostapi.ResolveResponse) *llm.Turn {
 // false when the original bytes can stay.
 func (h *httpContext) jsonEnding(ans *hostapi.ResolveResponse) ([]byte, bool) {
 	orig := h.resp.orig
-	clientCalls := orig.ClientCalls(serverToolNames)
+	clientCalls := orig.ClientCalls(h.serverTools)
 	if cont := continuation(ans); cont != nil {
-		merged := llm.Merge(withoutServerCalls(orig), cont)
+		merged := llm.Merge(withoutServerCalls(orig, h.serverTools), cont)
 		merged.ToolCalls = append(clientCalls, newCalls(clientCalls, cont.ToolCalls)...)
 		merged.Finish = finishFor(merged.Finish, len(merged.ToolCalls))
 		return llm.RenderJSON(h.protocol, merged), true
@@ -375,7 +367,7 @@ func (h *httpContext) jsonEnding(ans *hostapi.ResolveResponse) ([]byte, bool) {
 	if len(clientCalls) == len(orig.ToolCalls) {
 		return nil, false
 	}
-	return llm.RenderJSON(h.protocol, withoutServerCalls(orig)), true
+	return llm.RenderJSON(h.protocol, withoutServerCalls(orig, h.serverTools)), true
 }
 
 // sseEnding renders what follows the forwarded events: the spliced
@@ -386,15 +378,15 @@ func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 	r := &h.resp
 	seen := r.orig.ToolCalls[:min(r.forwardedCalls, len(r.orig.ToolCalls))]
 	withheld := llm.Turn{ToolCalls: r.orig.ToolCalls[len(seen):]}
-	withheldClient := withheld.ClientCalls(serverToolNames)
+	withheldClient := withheld.ClientCalls(h.serverTools)
 	if cont := continuation(ans); cont != nil {
 		rest := *cont
-		rest.ToolCalls = append(withheldClient, newCalls(r.orig.ClientCalls(serverToolNames), cont.ToolCalls)...)
+		rest.ToolCalls = append(withheldClient, newCalls(r.orig.ClientCalls(h.serverTools), cont.ToolCalls)...)
 		rest.Finish = finishFor(rest.Finish, len(seen)+len(rest.ToolCalls))
 		return r.splicer.Continue(&rest, spliceOptions)
 	}
 	if !r.withholding {
-		if len(r.orig.ServerCalls(serverToolNames)) > 0 {
+		if len(r.orig.ServerCalls(h.serverTools)) > 0 {
 			proxywasm.LogWarnf("chime: request %s: a server-tool call reached the client unrecognised", h.requestID)
 		}
 		return r.held
@@ -405,9 +397,9 @@ func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 
 // withoutServerCalls is t as the client may see it (docs/architecture.md: a client
 // never sees a server-tool call).
-func withoutServerCalls(t *llm.Turn) *llm.Turn {
+func withoutServerCalls(t *llm.Turn, serverTools []string) *llm.Turn {
 	out := *t
-	out.ToolCalls = t.ClientCalls(serverToolNames)
+	out.ToolCalls = t.ClientCalls(serverTools)
 	out.Finish = finishFor(t.Finish, len(out.ToolCalls))
 	return &out
 }

@@ -265,7 +265,7 @@ func sameTurn(t *testing.T, what string, got, want *llm.Turn) {
 	}
 }
 
-func minusServer(t *llm.Turn) *llm.Turn { return withoutServerCalls(t) }
+func minusServer(t *llm.Turn) *llm.Turn { return withoutServerCalls(t, []string{"clock"}) }
 
 func noServerCall(t *testing.T, out []byte) {
 	t.Helper()
@@ -821,7 +821,8 @@ func checkSSEResponse(t *testing.T, upstream []byte, proto, chunk uint8) {
 	p := protocols[int(proto)%len(protocols)]
 	size := int(chunk) + 1
 	e := newRespEnv(t, "")
-	r := e.exchange(p, true, hostapi.PrepareResponse{Tools: []string{"clock"}})
+	injected := []string{"clock"}
+	r := e.exchange(p, true, hostapi.PrepareResponse{Tools: injected})
 	if len(upstream) == 0 {
 		upstream = []byte("\n")
 	}
@@ -838,14 +839,14 @@ func checkSSEResponse(t *testing.T, upstream []byte, proto, chunk uint8) {
 	rest, _ := rd.Close()
 	var b llm.TurnBuilder
 	for _, ev := range append(evs, rest...) {
-		if ev.StartsToolCall(serverToolNames) {
+		if ev.StartsToolCall(injected) {
 			t.Fatalf("client saw a server-tool call start: %v\nupstream %q\nclient %q", ev, upstream, out)
 		}
 		b.Add(ev)
 	}
 	if p != llm.Chat { // Chat names may be split; the reader sees pieces
 		for _, c := range b.Turn().ToolCalls {
-			if slices.Contains(serverToolNames, c.Name) {
+			if slices.Contains(injected, c.Name) {
 				t.Fatalf("client saw a server-tool call %v", c)
 			}
 		}
