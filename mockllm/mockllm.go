@@ -98,8 +98,11 @@ type Server struct {
 	// ReceivedAt; nil means real time. Set it before serving.
 	Clock Clock
 
-	mu       sync.Mutex
-	queue    []Reply
+	mu    sync.Mutex
+	queue []Reply
+	// queues are named scripts: a request with QueueHeader pops from its
+	// queue, so tests running side by side do not take each other's replies.
+	queues   map[string][]Reply
 	requests []*RecordedRequest
 	served   int
 	idSeq    int
@@ -123,11 +126,25 @@ func (s *Server) clock() Clock {
 	return s.Clock
 }
 
+// QueueHeader names the script queue a request takes its reply from
+// (docs/mock-provider.md); without it, the default queue.
+const QueueHeader = "x-mock-queue"
+
 // Script queues replies, consumed in order by the next provider requests.
-func (s *Server) Script(replies ...Reply) {
+func (s *Server) Script(replies ...Reply) { s.ScriptQueue("", replies...) }
+
+// ScriptQueue queues replies on the named queue ("" is the default).
+func (s *Server) ScriptQueue(name string, replies ...Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.queue = append(s.queue, replies...)
+	if name == "" {
+		s.queue = append(s.queue, replies...)
+		return
+	}
+	if s.queues == nil {
+		s.queues = map[string][]Reply{}
+	}
+	s.queues[name] = append(s.queues[name], replies...)
 }
 
 // Requests returns a copy of the recorded provider requests.
@@ -210,7 +227,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, p, rej)
 		return
 	}
-	reply, pl := s.next(p, body)
+	reply, pl := s.next(p, body, r.Header.Get(QueueHeader))
 	if !s.sleep(r.Context(), reply.DelayMs) {
 		return // the client went away; Status stays 0
 	}
@@ -245,14 +262,17 @@ func headerSafe(s string) string {
 
 // next pops the next scripted reply, or the default text "ok" with finish
 // stop (docs/configuration.md), plans its rendering and remembers what it issues.
-func (s *Server) next(p llm.Protocol, body []byte) (Reply, *plan) {
+func (s *Server) next(p llm.Protocol, body []byte, queue string) (Reply, *plan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served++
 	r := Reply{Text: "ok", Finish: "stop"}
-	if len(s.queue) > 0 {
+	if queue == "" && len(s.queue) > 0 {
 		r = s.queue[0]
 		s.queue = s.queue[1:]
+	} else if q := s.queues[queue]; queue != "" && len(q) > 0 {
+		r = q[0]
+		s.queues[queue] = q[1:]
 	}
 	if r.Status >= 400 {
 		return r, nil
@@ -293,8 +313,10 @@ func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 	}
 	out := len(r.Text) + len(r.Thinking)
 	var callIDs []string
+	lastResult := lastToolOutput(p, reqBody)
 	for _, c := range r.ToolCalls {
 		args, _ := c.argumentsText()
+		args = fillFromResult(args, lastResult)
 		id := c.ID
 		if id == "" {
 			id = s.newID(map[bool]string{true: "toolu", false: "call"}[p == llm.Messages])
@@ -361,9 +383,13 @@ func (s *Server) handleScript(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		s.Script(replies...)
+		name := r.URL.Query().Get("queue")
+		s.ScriptQueue(name, replies...)
 		s.mu.Lock()
 		pending := len(s.queue)
+		if name != "" {
+			pending = len(s.queues[name])
+		}
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]int{"queued": len(replies), "pending": pending})
 	case http.MethodGet:
@@ -373,7 +399,7 @@ func (s *Server) handleScript(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, q)
 	case http.MethodDelete:
 		s.mu.Lock()
-		s.queue = nil
+		s.queue, s.queues = nil, nil
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	default:
