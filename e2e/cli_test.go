@@ -135,6 +135,8 @@ type demo struct {
 	config                     string // rewritten envoy.yaml
 	dataDir                    string
 	hostPort, mockPort         int
+	// hostConfig, when set, is a host config file (CHIME_CONFIG).
+	hostConfig string
 
 	// The rejection guard (see guardRejections).
 	mu              sync.Mutex
@@ -160,7 +162,22 @@ func newDemo(t testing.TB) *demo {
 	return d
 }
 
-func (d *demo) env() []string { return []string{"CHIME_DATA_DIR=" + d.dataDir} }
+func (d *demo) env() []string {
+	env := []string{"CHIME_DATA_DIR=" + d.dataDir}
+	if d.hostConfig != "" {
+		env = append(env, "CHIME_CONFIG="+d.hostConfig)
+	}
+	return env
+}
+
+// withHostConfig makes the host read yamlText as its config file.
+func (d *demo) withHostConfig(t testing.TB, yamlText string) *demo {
+	d.hostConfig = filepath.Join(t.TempDir(), "chime.yaml")
+	if err := os.WriteFile(d.hostConfig, []byte(yamlText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 // up runs the whole stack as `chime up`.
 func (d *demo) up(t testing.TB) *proc {

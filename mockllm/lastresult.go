@@ -27,10 +27,10 @@ func fillFromResult(args, result string) string {
 	})
 }
 
-// lastToolOutput is the text of the request's last tool result: Chat's
+// LastToolOutput is the text of the request's last tool result: Chat's
 // last role "tool" message, Responses' last function_call_output, the last
 // tool_result block of Messages.
-func lastToolOutput(p llm.Protocol, body []byte) string {
+func LastToolOutput(p llm.Protocol, body []byte) string {
 	out := ""
 	switch p {
 	case llm.Chat:

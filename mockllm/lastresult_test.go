@@ -19,7 +19,7 @@ func TestLastToolOutputAndFill(t *testing.T) {
 		llm.Messages:  `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":` + quote(res) + `}]}]}`,
 	}
 	for p, body := range bodies {
-		got := lastToolOutput(p, []byte(body))
+		got := LastToolOutput(p, []byte(body))
 		if got != res {
 			t.Fatalf("%s: last output %q", p, got)
 		}
@@ -27,7 +27,7 @@ func TestLastToolOutputAndFill(t *testing.T) {
 			t.Fatalf("%s: filled %s", p, args)
 		}
 	}
-	if got := lastToolOutput(llm.Chat, []byte(`{"messages":[]}`)); got != "" {
+	if got := LastToolOutput(llm.Chat, []byte(`{"messages":[]}`)); got != "" {
 		t.Fatalf("no result: %q", got)
 	}
 }

@@ -313,7 +313,7 @@ func (s *Server) plan(p llm.Protocol, r Reply, n int, reqBody []byte) *plan {
 	}
 	out := len(r.Text) + len(r.Thinking)
 	var callIDs []string
-	lastResult := lastToolOutput(p, reqBody)
+	lastResult := LastToolOutput(p, reqBody)
 	for _, c := range r.ToolCalls {
 		args, _ := c.argumentsText()
 		args = fillFromResult(args, lastResult)
