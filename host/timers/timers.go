@@ -40,9 +40,12 @@ const (
 // Defaults of docs/timers.md.
 const (
 	// DefaultMaxWait is timerMaxWait: the longest one timer call is held.
-	// Codex CLI drops a silent stream after 300 s (stream_idle_timeout_ms),
-	// so a wait ends well before that (docs/timers.md#idle-timeouts).
-	DefaultMaxWait = 240 * time.Second
+	// The client's response is silent for the wait plus the followup's
+	// time to first byte, and the shortest common idle cutoff is 300 s
+	// (Codex CLI, Claude Code through a gateway, Node fetch: measured
+	// 302.5 s); 180 s leaves 120 s for the followup
+	// (docs/timers.md#idle-timeouts).
+	DefaultMaxWait = 180 * time.Second
 	// DefaultMaxDuration bounds total_duration and pause_duration.
 	DefaultMaxDuration = 7 * 24 * time.Hour
 	// DefaultMaxPerSession bounds a session's live timers.
