@@ -244,7 +244,15 @@ type Cluster struct {
 	// TLS is the envoy.transport_sockets.tls transport socket; nil means
 	// plaintext (no transport_socket, or raw_buffer).
 	TLS *UpstreamTLS
+	// MaxRequests is circuit_breakers.thresholds max_requests of the
+	// default priority: how many requests the cluster has open at once
+	// (Envoy's default 1024). The runtime enforces it on http_call.
+	MaxRequests int
 }
+
+// DefaultMaxRequests is Envoy's circuit-breaker default for max_requests
+// (and max_connections, max_pending_requests).
+const DefaultMaxRequests = 1024
 
 // UpstreamTLS is a cluster's UpstreamTlsContext (docs/configuration.md, docs/local-runtime.md: a public
 // provider behind cluster llm).

@@ -82,6 +82,12 @@ var bootstrapFields = newAllowlist(
 	"static_resources.clusters.lb_policy",
 	"static_resources.clusters.dns_lookup_family",
 	"static_resources.clusters.per_connection_buffer_limit_bytes",
+	// max_requests is enforced on http_call; the others are accepted.
+	"static_resources.clusters.circuit_breakers.thresholds.priority",
+	"static_resources.clusters.circuit_breakers.thresholds.max_requests",
+	"static_resources.clusters.circuit_breakers.thresholds.max_connections",
+	"static_resources.clusters.circuit_breakers.thresholds.max_pending_requests",
+	"static_resources.clusters.circuit_breakers.thresholds.max_retries",
 	"static_resources.clusters.load_assignment.cluster_name",
 	"static_resources.clusters.load_assignment.endpoints.lb_endpoints.endpoint.address.socket_address.address",
 	"static_resources.clusters.load_assignment.endpoints.lb_endpoints.endpoint.address.socket_address.port_value",

@@ -90,6 +90,15 @@ func translateCluster(c *clusterv3.Cluster) (*Cluster, error) {
 		LBPolicy:       c.GetLbPolicy().String(),
 		ConnectTimeout: durationOr(c.GetConnectTimeout(), DefaultConnectTimeout),
 		BufferLimit:    uint32Or(c.GetPerConnectionBufferLimitBytes(), DefaultBufferLimit),
+		MaxRequests:    DefaultMaxRequests,
+	}
+	for _, th := range c.GetCircuitBreakers().GetThresholds() {
+		if th.GetPriority() != corev3.RoutingPriority_DEFAULT {
+			continue // only the default priority is used here
+		}
+		if v := th.GetMaxRequests(); v != nil {
+			cl.MaxRequests = int(v.GetValue())
+		}
 	}
 	if c.GetClusterType() != nil {
 		return nil, errors.New("cluster_type (custom cluster): not supported by the chime proxy")

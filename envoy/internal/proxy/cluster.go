@@ -42,6 +42,9 @@ type cluster struct {
 	rq        httpfilter.Metric
 	cxFail    httpfilter.Metric
 	rqTimeout httpfilter.Metric
+	overflow  httpfilter.Metric
+	// open counts http_calls in flight, against cfg.MaxRequests.
+	open atomic.Int64
 }
 
 // NewClusters builds the pools for the configured clusters.
@@ -58,6 +61,7 @@ func NewClusters(cfgs []*config.Cluster, st *stats.Store) *Clusters {
 			rq:        st.Counter("cluster."+c.Name+".upstream_rq_total", "cluster.upstream_rq_total", tag),
 			cxFail:    st.Counter("cluster."+c.Name+".upstream_cx_connect_fail", "cluster.upstream_cx_connect_fail", tag),
 			rqTimeout: st.Counter("cluster."+c.Name+".upstream_rq_timeout", "cluster.upstream_rq_timeout", tag),
+			overflow:  st.Counter("cluster."+c.Name+".upstream_rq_pending_overflow", "cluster.upstream_rq_pending_overflow", tag),
 			dialer:    &net.Dialer{KeepAlive: 30 * time.Second},
 			network:   c.Network,
 			scheme:    "http",
@@ -299,6 +303,16 @@ func (cs *Clusters) Call(ctx context.Context, name string, headers httpfilter.He
 	if c == nil {
 		return nil, fmt.Errorf("%w: %q", httpfilter.ErrUnknownCluster, name)
 	}
+	// The circuit breaker: past max_requests open requests the router
+	// answers at once with its overflow reply.
+	if n := c.open.Add(1); c.cfg.MaxRequests > 0 && n > int64(c.cfg.MaxRequests) {
+		c.open.Add(-1)
+		c.overflow.Add(1)
+		r := localReplyResponse(http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers. reset reason: overflow")
+		r.Headers = append(r.Headers, httpfilter.Header{Key: "x-envoy-overloaded", Value: "true"})
+		return r, nil
+	}
+	defer c.open.Add(-1)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)

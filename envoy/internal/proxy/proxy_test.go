@@ -807,3 +807,54 @@ func TestBufferEditedAfterPauseIsForwarded(t *testing.T) {
 		t.Fatalf("upstream got %q; the live buffer's bytes must be forwarded", got)
 	}
 }
+
+// TestHTTPCallCircuitBreaker: past circuit_breakers max_requests open
+// http_calls, the router answers at once with its overflow 503, as Envoy
+// does (default 1024); a call that ends frees its slot.
+func TestHTTPCallCircuitBreaker(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(200)
+	})
+	cs := NewClusters([]*config.Cluster{{Name: "host", Type: "STATIC", LBPolicy: "ROUND_ROBIN", ConnectTimeout: time.Second,
+		Network: "tcp", Endpoints: []string{up.addr()}, Hostnames: []string{""}, MaxRequests: 2}}, stats.New())
+	defer cs.Close()
+	hdr := httpfilter.Headers{{Key: ":method", Value: "POST"}, {Key: ":path", Value: "/"}, {Key: ":authority", Value: "h"}}
+	done := make(chan string, 2)
+	for range 2 {
+		go func() {
+			resp, err := cs.Call(context.Background(), "host", hdr, nil, nil, 10*time.Second)
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			st, _ := resp.Headers.Get(":status")
+			done <- st
+		}()
+	}
+	<-arrived
+	<-arrived
+	resp, err := cs.Call(context.Background(), "host", hdr, nil, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := resp.Headers.Get(":status")
+	over, _ := resp.Headers.Get("x-envoy-overloaded")
+	if st != "503" || over != "true" || !strings.HasSuffix(string(resp.Body), "reset reason: overflow") {
+		t.Fatalf("third call: %v %q", resp.Headers, resp.Body)
+	}
+	close(release)
+	for range 2 {
+		if s := <-done; s != "200" {
+			t.Fatalf("held call: %s", s)
+		}
+	}
+	if resp, err := cs.Call(context.Background(), "host", hdr, nil, nil, time.Second); err != nil {
+		t.Fatal(err)
+	} else if st, _ := resp.Headers.Get(":status"); st != "200" {
+		t.Fatalf("after the others ended: %v", resp.Headers)
+	}
+}
