@@ -11,7 +11,7 @@ import (
 	"github.com/chimehq/chime/hostapi"
 )
 
-// Server tools (docs/architecture.md, docs/clock-tool.md, docs/roadmap.md#timer-tools) are the tools chime injects and runs
+// Server tools (docs/architecture.md, docs/clock-tool.md, docs/timers.md) are the tools chime injects and runs
 // itself; the client never sees their calls. Each feature package serves
 // a family of them, and newServerTools registers the families: prepare
 // names the enabled ones for the filter to inject (their schemas are in

@@ -286,5 +286,5 @@ func (t *Tracker) Now() time.Time { return t.clock.Now().Add(t.Offset()) }
 
 // Clock is host time: Now is the tracker's Now (wall clock plus the
 // offset), and its waits are the tracker clock's, on monotonic time
-// (docs/roadmap.md#timer-tools, docs/time.md#ntp). Hand it to everything that reads or waits for time.
+// (docs/timers.md, docs/time.md#ntp). Hand it to everything that reads or waits for time.
 func (t *Tracker) Clock() timesource.Clock { return timesource.WithOffset(t.clock, t.Offset) }

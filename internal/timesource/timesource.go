@@ -17,13 +17,13 @@
 //     against. ntp.Tracker.Clock gives that clock, built with [WithOffset].
 //   - Waits (After, NewTimer, NewTicker, AfterFunc, Sleep) count a duration
 //     on monotonic time. An NTP step or a wall-clock jump neither stretches
-//     nor cuts a wait that is under way (docs/roadmap.md#timer-tools).
+//     nor cuts a wait that is under way (docs/timers.md).
 //
 // Code that waits for an instant of host time converts it to a duration
 // once (Until) and waits on that. A long wait must re-arm and convert again,
 // so a changed offset is picked up: [WaitUntil] does that in steps of at
 // most [MaxStep] (the scheduler's "re-arm at least every 60 s", docs/roadmap.md#scheduler-heartbeat-and-delivery).
-// Timers that wait on a duration (docs/roadmap.md#timer-tools timer tools) wait with NewTimer
+// Timers that wait on a duration (docs/timers.md#waiting) wait with NewTimer
 // and keep their remaining time as a duration; pause is Stop plus the
 // remaining time, resume is a new timer of that remaining time. Several
 // concurrent waits are several timers of the one clock.

@@ -93,7 +93,7 @@ func TestWait(t *testing.T) {
 }
 
 // Several waits run at once on one clock and each ends at its own time
-// (docs/roadmap.md#timer-tools: several timer calls wait in parallel).
+// (docs/timers.md: several timer calls wait in parallel).
 func TestConcurrentWaits(t *testing.T) {
 	t.Parallel()
 	fake := clockwork.NewFakeClockAt(t0)
