@@ -153,7 +153,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
 	if cfg.Admin != nil {
-		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now()}
+		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now(),
+			Config: cfg, ListenerAddr: s.proxy.Addr}
 		s.admin, err = proxy.ListenAdmin(cfg.Admin.Address, proxy.NewAdminHandler(st, info))
 		if err != nil {
 			s.Close()

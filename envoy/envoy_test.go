@@ -147,6 +147,15 @@ func TestStartBuildsWasmFiltersAndServes(t *testing.T) {
 	if string(b) != "LIVE\n" {
 		t.Fatalf("/ready %q", b)
 	}
+	resp, err = http.Get("http://" + srv.AdminAddr() + "/listeners")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "main::"+srv.Addr("main")+"\n" {
+		t.Fatalf("/listeners %q", b)
+	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}

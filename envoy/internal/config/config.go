@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 )
 
 // Envoy defaults the model fills in when the file leaves them out.
@@ -32,6 +33,9 @@ type Config struct {
 	Admin       *Admin // nil when the bootstrap has no admin
 	Listeners   []*Listener
 	Clusters    []*Cluster
+	// Bootstrap is the parsed file as Envoy's type, for the admin's
+	// /config_dump.
+	Bootstrap *bootstrapv3.Bootstrap
 }
 
 // Cluster returns the named cluster or nil.
