@@ -164,6 +164,8 @@ func (b *logBuffer) vmFailures(plugin string) []logRecord {
 type filterSpec struct {
 	name, mode string
 	failOpen   bool
+	// allowStopIteration sets allow_on_headers_stop_iteration.
+	allowStopIteration bool
 }
 
 type listenerSpec struct {
@@ -176,6 +178,9 @@ type runtimeSpec struct {
 	listeners []listenerSpec
 	clusters  map[string]string // name -> host:port; routes go to "app"
 	profile   string            // default envoy-1.38
+	// routes replaces the default route list (prefix "/" → app), as a
+	// YAML flow sequence.
+	routes string
 }
 
 type runningProxy struct {
@@ -197,6 +202,10 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
 	var y strings.Builder
 	y.WriteString("admin: { address: { socket_address: { address: 127.0.0.1, port_value: 0 } } }\n")
 	y.WriteString("static_resources:\n  listeners:\n")
+	routes := spec.routes
+	if routes == "" {
+		routes = `[{ match: { prefix: "/" }, route: { cluster: app } }]`
+	}
 	for _, l := range spec.listeners {
 		fmt.Fprintf(&y, "  - name: %s\n", l.name)
 		y.WriteString("    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }\n")
@@ -211,9 +220,9 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
           stat_prefix: %s
           route_config:
             virtual_hosts:
-            - { name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: app } }] }
+            - { name: all, domains: ["*"], routes: %s }
           http_filters:
-`, l.name)
+`, l.name, routes)
 		for _, f := range l.filters {
 			fmt.Fprintf(&y, `          - name: envoy.filters.http.wasm
             typed_config:
@@ -222,9 +231,10 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
                 name: %s
                 root_id: conformance
                 fail_open: %t
+                allow_on_headers_stop_iteration: %t
                 vm_config: { vm_id: %s, runtime: envoy.wasm.runtime.v8, code: { local: { filename: %q } } }
                 configuration: { "@type": type.googleapis.com/google.protobuf.StringValue, value: %q }
-`, f.name, f.failOpen, f.name, code, f.mode)
+`, f.name, f.failOpen, f.allowStopIteration, f.name, code, f.mode)
 		}
 		y.WriteString(`          - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }

@@ -133,7 +133,7 @@ var wasmFields = newAllowlist(
 	"config.configuration",
 	"config.fail_open",
 	"config.failure_policy",
-	"config.allow_on_headers_stop_iteration", // only false: checked in translate
+	"config.allow_on_headers_stop_iteration",
 	"config.vm_config.vm_id",
 	"config.vm_config.runtime",
 	"config.vm_config.configuration",

@@ -414,9 +414,7 @@ func compileRE2(m *matcherv3.RegexMatcher) (*regexp.Regexp, error) {
 
 func translateWasm(pc *wasmv3.PluginConfig, where string) (httpfilter.WasmConfig, error) {
 	wc := httpfilter.WasmConfig{PluginName: pc.GetName(), RootID: pc.GetRootId()}
-	if pc.GetAllowOnHeadersStopIteration().GetValue() {
-		return wc, fmt.Errorf("%s.allow_on_headers_stop_iteration: true is not supported by the chime proxy", where)
-	}
+	wc.AllowOnHeadersStopIteration = pc.GetAllowOnHeadersStopIteration().GetValue()
 	switch pc.GetFailurePolicy() {
 	case wasmv3.FailurePolicy_UNSPECIFIED:
 		wc.FailOpen = pc.GetFailOpen()

@@ -88,6 +88,12 @@ const (
 	// either, until Continue{De,En}coding is called. Body bytes that arrive
 	// meanwhile are buffered (subject to the buffer limit).
 	HeadersStopAll
+	// HeadersStopIteration is Envoy's StopIteration (proxy-wasm PAUSE with
+	// allow_on_headers_stop_iteration, SPEC §13): the headers stop at this
+	// filter but body and trailers still reach it. DataContinue or
+	// TrailersContinue from it, or Continue{De,En}coding, sends the headers
+	// on, then what it buffered.
+	HeadersStopIteration
 )
 
 // DataStatus is what a filter returns from a data callback.
@@ -226,8 +232,11 @@ type WasmConfig struct {
 	VMConfiguration     []byte // config.vm_config.configuration
 	PluginConfiguration []byte // config.configuration
 	FailOpen            bool   // config.fail_open (or failure_policy FAIL_OPEN)
-	EnvVars             map[string]string
-	ListenerName        string
+	// AllowOnHeadersStopIteration is config.allow_on_headers_stop_iteration:
+	// PAUSE from a headers callback is StopIteration, not stop-all.
+	AllowOnHeadersStopIteration bool
+	EnvVars                     map[string]string
+	ListenerName                string
 }
 
 // Metric kinds, as proxy_define_metric numbers them.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -805,5 +806,96 @@ func TestBufferEditedAfterPauseIsForwarded(t *testing.T) {
 	post(t, e.url+"/", "original body")
 	if got := string(up.last(t).body); got != "edited later" {
 		t.Fatalf("upstream got %q; the live buffer's bytes must be forwarded", got)
+	}
+}
+
+// TestHeadersStopIterationRoutesOnBody: StopIteration from headers (wasm
+// PAUSE with allow_on_headers_stop_iteration, SPEC §13) still delivers the
+// body to that filter; a header edit plus ClearRouteCache there re-picks
+// the route, and Continue from data sends headers, then body, onward.
+func TestHeadersStopIterationRoutesOnBody(t *testing.T) {
+	a := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) { fmt.Fprint(w, "A") })
+	b := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) { fmt.Fprint(w, "B") })
+	routes := `
+              - match:
+                  prefix: "/"
+                  headers: [{ name: x-pick, string_match: { exact: b } }]
+                route: { cluster: b }
+              - match: { prefix: "/" }
+                route: { cluster: a }`
+	e := start(t, setup{upstreams: map[string]string{"a": a.addr(), "b": b.addr()}, routes: routes, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			var hdrs *httpfilter.Headers
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				hdrs = h
+				return httpfilter.HeadersStopIteration
+			}
+			f.decodeData = func(f *fakeFilter, buf *httpfilter.Buffer, end bool) httpfilter.DataStatus {
+				if !end {
+					return httpfilter.DataStopAndBuffer
+				}
+				if bytes.Contains(buf.Bytes, []byte("pick=b")) {
+					hdrs.Set("x-pick", "b")
+					f.cb.ClearRouteCache()
+				}
+				return httpfilter.DataContinue
+			}
+		},
+		nil,
+	}})
+	for _, c := range []struct{ body, want string }{{"pick=b please", "B"}, {"nothing", "A"}} {
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write([]byte(c.body[:3]))
+			time.Sleep(20 * time.Millisecond) // real pacing: two chunks reach the filter as two calls
+			pw.Write([]byte(c.body[3:]))
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", e.url+"/x", pr)
+		resp, got := do(t, req)
+		if resp.StatusCode != 200 || got != c.want {
+			t.Errorf("body %q: %d %q, want %q", c.body, resp.StatusCode, got, c.want)
+		}
+	}
+	if r := b.last(t); string(r.body) != "pick=b please" || r.header.Get("X-Pick") != "b" {
+		t.Errorf("upstream b got %q %v", r.body, r.header)
+	}
+	// f0 saw the body while holding the headers; f1 saw headers only after.
+	evs := e.rec.events()
+	first := slices.Index(evs, "f1:dh end=false")
+	if first < 0 || !slices.Contains(evs[:first], "f0:dd 3 end=false") || !slices.Contains(evs[:first], "f0:dd 13 end=true") ||
+		first+1 >= len(evs) || evs[first+1] != "f1:dd 13 end=true" {
+		t.Errorf("events:\n%s", strings.Join(evs, "\n"))
+	}
+}
+
+// TestHeadersStopIterationContinueDecoding: after StopIteration a
+// ContinueDecoding sends the held headers and the buffered body on, and
+// trailers reach the stopped filter too.
+func TestHeadersStopIterationContinueDecoding(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				return httpfilter.HeadersStopIteration
+			}
+			f.decodeData = bufferAll
+			f.decodeTrailers = func(f *fakeFilter, t *httpfilter.Headers) httpfilter.TrailersStatus {
+				go f.cb.ContinueDecoding()
+				return httpfilter.TrailersStop
+			}
+		},
+	}})
+	req, _ := http.NewRequest("POST", e.url+"/t", io.MultiReader(strings.NewReader("chunked body")))
+	req.Trailer = http.Header{"X-T": {"1"}}
+	resp, body := do(t, req)
+	if resp.StatusCode != 200 || body != "upstream POST /t" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if r := up.last(t); string(r.body) != "chunked body" {
+		t.Errorf("upstream body %q", r.body)
+	}
+	if !e.rec.has("f0:dt") {
+		t.Errorf("trailers never reached the stopped filter: %v", e.rec.events())
 	}
 }

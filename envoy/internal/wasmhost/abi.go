@@ -319,6 +319,9 @@ func hostSetProperty(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if s == nil {
 		return abi.StatusNotFound // no stream info on the root context
 	}
+	if _, set := s.props[path]; set && vm.declared[path].readonly {
+		return abi.StatusBadArgument // a readonly declared property is set once
+	}
 	if s.props == nil {
 		s.props = map[string][]byte{}
 	}
@@ -944,15 +947,6 @@ func hostSetEffectiveContext(vm *vmInstance, _ context.Context, a []uint32) abi.
 	}
 	vm.cur.effective = a[0]
 	return abi.StatusOK
-}
-
-func hostCallForeign(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
-	_, ok1 := vm.read(a[0], a[1])
-	_, ok2 := vm.read(a[2], a[3])
-	if !ok1 || !ok2 {
-		return abi.StatusInvalidMemoryAccess
-	}
-	return abi.StatusNotFound
 }
 
 // hostContinueStream defers Continue{De,En}coding until the VM call

@@ -792,3 +792,65 @@ func TestClosedFactory(t *testing.T) {
 		t.Error("NewFilter on a closed factory must fail")
 	}
 }
+
+// TestForeignFunctions: Envoy's clear_route_cache, compress/uncompress
+// (zlib) and declare_property; an unknown name is NotFound (SPEC §13).
+func TestForeignFunctions(t *testing.T) {
+	h := newHarness(t, "foreign")
+	h.logs.expect(t, "f_declare 0")
+	h.logs.expect(t, "f_declare_again 2")
+	h.logs.expect(t, "f_declare_bad 2")
+	s, fs := h.stream(0)
+	s.DecodeHeaders(&fs.req, true)
+	for _, l := range []string{
+		"f_clear_route_cache 0",
+		"f_compress 0 789c", // a zlib stream, default compression
+		"f_uncompress 0 hello hello hello hello",
+		"f_uncompress_bad 3",
+		"f_declare_stream 0",
+		"f_set_stream_prop 0 0",
+		"f_set_ro 0",
+		"f_set_ro_again 2", // a readonly declared property is set once
+		"f_get_ro 0 first",
+		"f_set_rw 0 0",
+		"f_unknown 1",
+	} {
+		h.logs.expect(t, l)
+	}
+	fs.mu.Lock()
+	clears := fs.routeClears
+	fs.mu.Unlock()
+	if clears != 1 {
+		t.Errorf("clear_route_cache cleared the route cache %d times, want 1", clears)
+	}
+	s.OnStreamComplete()
+}
+
+// TestAllowOnHeadersStopIteration: with the plugin flag, PAUSE from request
+// headers is StopIteration, so the body still arrives; without it, stop-all.
+func TestAllowOnHeadersStopIteration(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		h := newHarness(t, "routebody", func(c *httpfilter.WasmConfig, _ *httpfilter.Env) { c.AllowOnHeadersStopIteration = allow })
+		s, fs := h.stream(0)
+		want := httpfilter.HeadersStopAll
+		if allow {
+			want = httpfilter.HeadersStopIteration
+		}
+		if st := s.DecodeHeaders(&fs.req, false); st != want {
+			t.Fatalf("allow=%v: PAUSE from headers = %v, want %v", allow, st, want)
+		}
+		if !allow {
+			s.OnStreamComplete()
+			continue
+		}
+		if st := s.DecodeData(&httpfilter.Buffer{Bytes: []byte("route=fast please")}, true); st != httpfilter.DataContinue {
+			t.Fatalf("body = %v", st)
+		}
+		if v, _ := fs.req.Get("x-route"); v != "fast" {
+			t.Errorf("the held headers were not editable from the body callback: %v", fs.req)
+		}
+		h.logs.expect(t, "route_header 0")
+		h.logs.expect(t, "clear_route_cache 0")
+		s.OnStreamComplete()
+	}
+}

@@ -52,6 +52,7 @@ type vmInstance struct {
 	callStatus   uint32                   // proxy_get_status
 	callMessage  string
 
+	declared                                map[string]declaredProperty // declare_property
 	metrics                                 map[uint32]httpfilter.Metric
 	nextCounter, nextGauge, nextHistogram   uint32
 	tickStop                                chan struct{}
