@@ -37,6 +37,12 @@ type Config struct {
 	// 15 min). Absent or 0, it is DefaultResolveTimeoutMs; a host whose
 	// chain guard is above 16 min needs it raised (the host warns at start).
 	ResolveTimeoutMs int64 `json:"resolveTimeoutMs"`
+	// AllowOnHeadersStopIteration must match the wasm PluginConfig field of
+	// the same name (Envoy ≥ 1.35). When true the filter holds request
+	// headers until the body is read, so a route directive routes the
+	// request that carries it (SPEC §4 Routing); when false it routes from
+	// the next request on. Set without the Envoy flag, requests would hang.
+	AllowOnHeadersStopIteration bool `json:"allowOnHeadersStopIteration"`
 }
 
 // DefaultResolveTimeoutMs is a default hold (60 s) plus the §7 chain guard
@@ -114,7 +120,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
-		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs"}
+		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs", "allowOnHeadersStopIteration"}
 }
 
 func (c Config) validate() error {
