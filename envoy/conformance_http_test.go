@@ -6,7 +6,10 @@ package envoy_test
 // the runtime writes.
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -428,5 +431,40 @@ func TestHTTPMetricsAndTick(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // real time under test: 5 tick periods, a tick that was not stopped would show
 	if n := len(p.logs.find("tick", "tick 1 ")); n != 6 {
 		t.Errorf("%d ticks, want 3 per VM:\n%s", n, p.logs.dump("tick"))
+	}
+}
+
+// A wasm local reply sent before the request body is complete closes the
+// HTTP/1.1 connection ("connection: close"), as Envoy does, so the rest of
+// the body is never read as another request.
+func TestHTTPLocalReplyBeforeBodyCloses(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("main", "deny", "localreply", false)},
+		clusters:  map[string]string{"app": up.addr()},
+	})
+	c, err := net.Dial("tcp", p.srv.Addr("main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	fmt.Fprintf(c, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(smuggled)+10, smuggled)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || string(body) != "nope" || !resp.Close {
+		t.Fatalf("%d %q, connection close %v; want the 403 with connection: close", resp.StatusCode, body, resp.Close)
+	}
+	fmt.Fprint(c, "0123456789")
+	if rest, _ := io.ReadAll(br); len(rest) > 0 {
+		t.Fatalf("the proxy answered the rest of the body: %q", rest)
+	}
+	if up.count() != 0 {
+		t.Error("a request reached the upstream")
 	}
 }

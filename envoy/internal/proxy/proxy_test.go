@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -897,5 +898,57 @@ func TestHeadersStopIterationContinueDecoding(t *testing.T) {
 	}
 	if !e.rec.has("f0:dt") {
 		t.Errorf("trailers never reached the stopped filter: %v", e.rec.events())
+	}
+}
+
+// TestResponseBeforeRequestCompleteClosesConnection: a local reply sent
+// before the request body is complete carries "connection: close" and the
+// connection is closed, as Envoy does for HTTP/1.1; the unread rest of the
+// body is never parsed as another request.
+func TestResponseBeforeRequestCompleteClosesConnection(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				f.cb.SendLocalReply(403, []byte("denied"), nil, "test")
+				return httpfilter.HeadersStopAll
+			}
+		},
+	}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The body announces 200 bytes and starts with what looks like a request.
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	fmt.Fprintf(c, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n%s", smuggled)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || string(body) != "denied" || !resp.Close { // Close: "connection: close" was sent
+		t.Fatalf("%d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+	// The rest of the body would complete the request; the proxy must
+	// have closed the connection instead of answering anything else.
+	fmt.Fprint(c, strings.Repeat("x", 200-len(smuggled)))
+	if rest, err := io.ReadAll(br); err != nil && !errors.Is(err, syscall.ECONNRESET) || len(rest) > 0 {
+		t.Fatalf("after the reply the connection gave %q, %v; want EOF", rest, err)
+	}
+	if up.hits.Load() != 0 {
+		t.Error("the upstream was reached")
+	}
+	if got := e.stats.Counter("http.main.downstream_rq_response_before_rq_complete", "").Value(); got != 1 {
+		t.Errorf("downstream_rq_response_before_rq_complete = %d", got)
+	}
+
+	// A complete request (no body) keeps the connection open.
+	resp2, _ := get(t, e.url+"/q")
+	if resp2.StatusCode != 403 || resp2.Close {
+		t.Error("a reply after the whole request closed the connection")
 	}
 }
