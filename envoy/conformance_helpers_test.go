@@ -114,10 +114,21 @@ func (b *logBuffer) guestLines(plugin string) []string {
 	var out []string
 	for _, r := range b.records() {
 		if r.Source == "wasm" && (plugin == "" || r.Plugin == plugin) {
-			out = append(out, r.Msg)
+			out = append(out, guestMessage(r.Msg))
 		}
 	}
 	return out
+}
+
+// guestMessage strips Envoy's "wasm log <name> <root_id> <vm_id>: " from a
+// guest line (TestHTTPLogFormat checks the prefix itself).
+func guestMessage(m string) string {
+	if rest, ok := strings.CutPrefix(m, "wasm log"); ok {
+		if _, msg, ok := strings.Cut(rest, ": "); ok {
+			return msg
+		}
+	}
+	return m
 }
 
 func (b *logBuffer) find(plugin, prefix string) []string {
@@ -262,7 +273,7 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
 		profile = envoy.ProfileEnvoy138
 	}
 	logs := &logBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug - 4, ReplaceAttr: envoy.LevelName}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// One cache dir for the whole binary: the guest compiles once.

@@ -468,3 +468,26 @@ func TestHTTPLocalReplyBeforeBodyCloses(t *testing.T) {
 		t.Error("a request reached the upstream")
 	}
 }
+
+// Guest lines are logged as Envoy writes them: "wasm log <name> <root_id>
+// <vm_id>: <message>", at the guest's level.
+func TestHTTPLogFormat(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("main", "fmt", "loglevel", false)},
+		clusters:  map[string]string{"app": up.addr()},
+	})
+	newConn(t).get(t, p.url("main", "/x"))
+	levels := map[string]string{}
+	for _, r := range p.logs.records() {
+		if r.Source == "wasm" {
+			levels[r.Msg] = r.Level
+		}
+	}
+	// The plugin is "fmt", root_id "conformance", vm_id "fmt"; levels 2 and 5 are info and critical.
+	for msg, level := range map[string]string{"wasm log fmt conformance fmt: level-2": "INFO", "wasm log fmt conformance fmt: level-5": "CRITICAL"} {
+		if got, ok := levels[msg]; !ok || got != level {
+			t.Errorf("%q: logged=%v level %q, want %q; guest lines:\n%s", msg, ok, got, level, p.logs.dump("fmt"))
+		}
+	}
+}

@@ -62,6 +62,11 @@ type Options struct {
 	UpstreamOverride string
 }
 
+// LevelName is a slog.HandlerOptions.ReplaceAttr that names the levels
+// slog lacks as Envoy does: guest trace logs as "TRACE" and critical as
+// "CRITICAL" (docs/local-runtime.md).
+func LevelName(groups []string, a slog.Attr) slog.Attr { return wasmhost.LevelName(groups, a) }
+
 // UpstreamCluster is the provider cluster UpstreamOverride replaces (docs/configuration.md).
 const UpstreamCluster = "llm"
 

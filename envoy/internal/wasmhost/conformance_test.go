@@ -1,11 +1,13 @@
 package wasmhost
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -771,6 +773,9 @@ func TestStdioAndEnv(t *testing.T) {
 	if l, ok := levels["to stdout"]; !ok || l != slog.LevelInfo {
 		t.Errorf("stdout line: present=%v level=%v", ok, l)
 	}
+	if l, ok := levels["line one\nline two"]; !ok || l != slog.LevelError {
+		t.Errorf("a multi-line stderr write must stay one entry (only its last newline trimmed): present=%v level=%v", ok, l)
+	}
 
 	cfg, env, logs, _, _, _ := testConfig(t, "env")
 	cfg.EnvVars = map[string]string{"CHIME_TEST": "hello", "OTHER": "x"}
@@ -852,5 +857,34 @@ func TestAllowOnHeadersStopIteration(t *testing.T) {
 		h.logs.expect(t, "route_header 0")
 		h.logs.expect(t, "clear_route_cache 0")
 		s.OnStreamComplete()
+	}
+}
+
+// TestEnvoyLogFormat: guest lines read "wasm log <name> <root_id> <vm_id>:
+// <message>" as Envoy's Context::log writes them (empty parts left out),
+// and LevelName names trace and critical as Envoy does.
+func TestEnvoyLogFormat(t *testing.T) {
+	h := newHarness(t, "loglevel")
+	s, fs := h.stream(0)
+	s.DecodeHeaders(&fs.req, true)
+	s.OnStreamComplete()
+	want := "wasm log conformance-plugin conformance-root vm-TestEnvoyLogFormat: level-5"
+	h.logs.mu.Lock()
+	raw := append([]string(nil), h.logs.raw...)
+	h.logs.mu.Unlock()
+	if !slices.Contains(raw, want) {
+		t.Errorf("no %q among:\n%s", want, strings.Join(raw, "\n"))
+	}
+	if got := envoyLogPrefix(httpfilter.WasmConfig{PluginName: "p", VMID: "v"}); got != " p v" {
+		t.Errorf("prefix without root_id = %q", got)
+	}
+
+	var b strings.Builder
+	l := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: LevelTrace, ReplaceAttr: LevelName}))
+	l.Log(context.Background(), LevelCritical, "c")
+	l.Log(context.Background(), LevelTrace, "t")
+	l.Info("i")
+	if out := b.String(); !strings.Contains(out, "level=CRITICAL msg=c") || !strings.Contains(out, "level=TRACE msg=t") || !strings.Contains(out, "level=INFO msg=i") {
+		t.Errorf("level names:\n%s", out)
 	}
 }

@@ -78,7 +78,9 @@ type Factory struct {
 	profile string
 	rtCfg   wazero.RuntimeConfig
 	logger  *slog.Logger
-	envVars []string // "K=V", sorted
+	// logPrefix is Envoy's plugin log prefix (" name root_id vm_id").
+	logPrefix string
+	envVars   []string // "K=V", sorted
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -138,11 +140,12 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 		return nil, err
 	}
 	f := &Factory{
-		cfg:     cfg,
-		env:     env,
-		code:    code,
-		profile: profile,
-		logger:  logger,
+		cfg:       cfg,
+		env:       env,
+		code:      code,
+		profile:   profile,
+		logger:    logger,
+		logPrefix: envoyLogPrefix(cfg),
 		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
 		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
 		// memory.grow copies the whole linear memory, which showed as 30 ms

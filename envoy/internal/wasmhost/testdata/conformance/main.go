@@ -189,6 +189,7 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	case "stdio":
 		println("to stderr")
 		syscall.Write(1, []byte("to stdout\n"))
+		syscall.Write(2, []byte("line one\nline two\n")) // one write, one entry
 	case "env":
 		v, _ := syscall.Getenv("CHIME_TEST")
 		logf("env", v)
