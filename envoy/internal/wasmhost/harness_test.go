@@ -91,7 +91,7 @@ func guestMessage(m string) string {
 	}
 	return m
 }
-func (h sinkHandler) WithGroup(string) slog.Handler      { return h }
+func (h sinkHandler) WithGroup(string) slog.Handler { return h }
 
 func (s *logSink) lines() []string {
 	s.mu.Lock()
