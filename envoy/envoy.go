@@ -135,6 +135,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		CacheDir:    opt.CacheDir,
 		NodeID:      cfg.NodeID,
 		NodeCluster: cfg.NodeCluster,
+		// Ticks and callouts begin once the listeners are bound.
+		HoldUntilStarted: true,
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {
@@ -156,6 +158,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	for _, f := range s.factories {
+		if st, ok := f.(httpfilter.Starter); ok {
+			st.Start()
+		}
 	}
 	if cfg.Admin != nil {
 		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now(),

@@ -272,4 +272,14 @@ type Env struct {
 	CacheDir    string // on-disk compilation cache ("" = none)
 	NodeID      string // bootstrap node.id (for the node property)
 	NodeCluster string // bootstrap node.cluster
+	// HoldUntilStarted keeps a factory's ticks and http_call dispatches
+	// waiting until Starter.Start, which the runtime calls once every
+	// listener is bound, as Envoy's workers only run after init (SPEC §13).
+	HoldUntilStarted bool
+}
+
+// Starter is a Factory with timers and callouts held until Start
+// (Env.HoldUntilStarted).
+type Starter interface {
+	Start()
 }

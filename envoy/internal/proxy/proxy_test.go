@@ -952,3 +952,22 @@ func TestResponseBeforeRequestCompleteClosesConnection(t *testing.T) {
 		t.Error("a reply after the whole request closed the connection")
 	}
 }
+
+// TestUpstreamServiceTime: responses from an upstream carry Envoy's
+// x-envoy-upstream-service-time (ms); local replies do not.
+func TestUpstreamServiceTime(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, routes: `
+              - match: { prefix: "/direct" }
+                direct_response: { status: 200, body: { inline_string: "d" } }
+              - match: { prefix: "/" }
+                route: { cluster: a }`})
+	resp, _ := get(t, e.url+"/x")
+	if v := resp.Header.Get("X-Envoy-Upstream-Service-Time"); v == "" || strings.Trim(v, "0123456789") != "" {
+		t.Errorf("x-envoy-upstream-service-time = %q", v)
+	}
+	resp, _ = get(t, e.url+"/direct")
+	if v, ok := resp.Header["X-Envoy-Upstream-Service-Time"]; ok {
+		t.Errorf("a direct response has x-envoy-upstream-service-time %q", v)
+	}
+}

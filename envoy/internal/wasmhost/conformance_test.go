@@ -888,3 +888,34 @@ func TestEnvoyLogFormat(t *testing.T) {
 		t.Errorf("level names:\n%s", out)
 	}
 }
+
+// TestHeldUntilStarted: with Env.HoldUntilStarted, a tick period set in
+// on_configure and an http_call dispatched before Start wait until Start
+// (the runtime calls it once the listeners are bound, as Envoy's workers
+// start after init), then run.
+func TestHeldUntilStarted(t *testing.T) {
+	hold := func(_ *httpfilter.WasmConfig, e *httpfilter.Env) { e.HoldUntilStarted = true }
+	h := newHarness(t, "tick 5", hold)
+	h.logs.expect(t, "set_tick 0")
+	time.Sleep(40 * time.Millisecond) // real time under test: 8 tick periods must pass without a tick
+	if n := h.logs.count("tick 1 "); n != 0 {
+		t.Fatalf("%d ticks before Start", n)
+	}
+	h.f.Start()
+	h.logs.wait(t, "tick 1 1")
+
+	hc := newHarness(t, "httpcall upstream 1500 ok", hold)
+	s, fs := hc.stream(0)
+	s.DecodeHeaders(&fs.req, false)
+	hc.logs.expect(t, "http_call 0 4")
+	time.Sleep(20 * time.Millisecond) // real time under test: the held call must not go out
+	if n := len(hc.clusters.recorded()); n != 0 {
+		t.Fatalf("%d calls dispatched before Start", n)
+	}
+	hc.f.Start()
+	waitFor(t, "continue", func() bool { _, c, _, _ := fs.snapshot(); return c == 1 })
+	if n := len(hc.clusters.recorded()); n != 1 {
+		t.Errorf("%d calls after Start, want 1", n)
+	}
+	s.OnStreamComplete()
+}

@@ -85,6 +85,10 @@ type Factory struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
+	// started is closed by Start (at once without Env.HoldUntilStarted):
+	// ticks and http_call dispatches wait for it.
+	started   chan struct{}
+	startOnce sync.Once
 
 	slots  []*workerSlot
 	codeRT wazero.Runtime // owns the factory's reference to the compiled code
@@ -165,6 +169,10 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 	}
 	// From here on Close releases what validate kept.
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.started = make(chan struct{})
+	if !env.HoldUntilStarted {
+		f.Start()
+	}
 	shared.acquire(cfg.VMID)
 	f.slots = make([]*workerSlot, workers)
 	for i := range f.slots {
@@ -328,3 +336,19 @@ func (f *Factory) Close() error {
 // Instantiations reports how many VM instances this factory has created
 // (workers plus replacements after faults).
 func (f *Factory) Instantiations() int64 { return f.instantiations.Load() }
+
+// Start releases the ticks and http_calls held since the VMs started
+// (Env.HoldUntilStarted). It is idempotent.
+func (f *Factory) Start() { f.startOnce.Do(func() { close(f.started) }) }
+
+// waitStarted blocks until Start, the factory's close or stop; it reports
+// whether the factory started.
+func (f *Factory) waitStarted(stop <-chan struct{}) bool {
+	select {
+	case <-f.started:
+		return true
+	case <-f.ctx.Done():
+	case <-stop:
+	}
+	return false
+}
