@@ -31,7 +31,10 @@ const (
 	// ProfileEnvoy138 matches released Envoy 1.33–1.38: poll_oneoff answers
 	// ENOSYS. It is the default.
 	ProfileEnvoy138 = "envoy-1.38"
-	// ProfileEnvoyLatest matches Envoy's main branch.
+	// ProfileEnvoy139 matches Envoy 1.39.0: the full WASI set, with a
+	// poll_oneoff that waits.
+	ProfileEnvoy139 = "envoy-1.39"
+	// ProfileEnvoyLatest is an alias of the newest profile (envoy-1.39).
 	ProfileEnvoyLatest = "envoy-latest"
 )
 
@@ -43,7 +46,8 @@ type Options struct {
 	// ConfigPath is the envoy.yaml to load (required). Relative wasm code
 	// paths in it resolve against the working directory, as in Envoy.
 	ConfigPath string
-	// WASIProfile is ProfileEnvoy138 (default) or ProfileEnvoyLatest.
+	// WASIProfile is ProfileEnvoy138 (default), ProfileEnvoy139 or
+	// ProfileEnvoyLatest (its alias).
 	WASIProfile string
 	// CacheDir holds compiled wasm modules across runs ("" = no cache).
 	CacheDir string
@@ -96,9 +100,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	switch opt.WASIProfile {
 	case "":
 		opt.WASIProfile = ProfileEnvoy138
-	case ProfileEnvoy138, ProfileEnvoyLatest:
+	case ProfileEnvoy138, ProfileEnvoy139:
+	case ProfileEnvoyLatest:
+		opt.WASIProfile = ProfileEnvoy139
 	default:
-		return nil, fmt.Errorf("envoy: unknown WASI profile %q (want %q or %q)", opt.WASIProfile, ProfileEnvoy138, ProfileEnvoyLatest)
+		return nil, fmt.Errorf("envoy: unknown WASI profile %q (want %q, %q or %q)", opt.WASIProfile, ProfileEnvoy138, ProfileEnvoy139, ProfileEnvoyLatest)
 	}
 	if opt.Workers <= 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)

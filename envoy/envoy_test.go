@@ -138,7 +138,7 @@ func TestStartBuildsWasmFiltersAndServes(t *testing.T) {
 		t.Errorf("factory got %+v", stub.cfg)
 	}
 	e := stub.env
-	if e.Workers != 3 || e.WASIProfile != ProfileEnvoyLatest || e.CacheDir != "/tmp/cache" || e.NodeID != "node-1" || e.NodeCluster != "c-1" || e.Clusters == nil || e.Stats == nil || !e.HoldUntilStarted {
+	if e.Workers != 3 || e.WASIProfile != ProfileEnvoy139 /* the alias resolved */ || e.CacheDir != "/tmp/cache" || e.NodeID != "node-1" || e.NodeCluster != "c-1" || e.Clusters == nil || e.Stats == nil || !e.HoldUntilStarted {
 		t.Errorf("env %+v", e)
 	}
 	if !stub.started {

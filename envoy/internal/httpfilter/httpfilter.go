@@ -268,7 +268,7 @@ type Env struct {
 	Stats       Stats
 	Logger      *slog.Logger
 	Workers     int    // number of worker VMs to create (Envoy --concurrency)
-	WASIProfile string // "envoy-1.38" (default) or "envoy-latest"
+	WASIProfile string // "envoy-1.38" (default), "envoy-1.39" or its alias "envoy-latest"
 	CacheDir    string // on-disk compilation cache ("" = none)
 	NodeID      string // bootstrap node.id (for the node property)
 	NodeCluster string // bootstrap node.cluster

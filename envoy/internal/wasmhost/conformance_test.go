@@ -710,10 +710,20 @@ func TestModuleRejected(t *testing.T) {
 	}
 }
 
+// TestLatestProfileHasExtraWASI: envoy-1.39 (and envoy-latest, its alias)
+// link the full WASI set Envoy 1.39.0 added; envoy-1.38 refuses it
+// (TestModuleRejected).
 func TestLatestProfileHasExtraWASI(t *testing.T) {
-	h := newHarness(t, "", withCode("wasiextra"), withProfile(ProfileEnvoyLatest))
-	h.logs.expect(t, "filestat 8") // EBADF
-	h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
+	for _, p := range []string{ProfileEnvoy139, ProfileEnvoyLatest} {
+		t.Run(p, func(t *testing.T) {
+			h := newHarness(t, "", withCode("wasiextra"), withProfile(p))
+			h.logs.expect(t, "filestat 8") // EBADF
+			h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
+			if h.f.profile != ProfileEnvoy139 {
+				t.Errorf("profile %q, want the alias resolved to %q", h.f.profile, ProfileEnvoy139)
+			}
+		})
+	}
 }
 
 func TestCompilationCacheDir(t *testing.T) {

@@ -32,7 +32,11 @@ import (
 
 // WASI profile names (httpfilter.Env.WASIProfile).
 const (
-	ProfileEnvoy138    = "envoy-1.38"
+	ProfileEnvoy138 = "envoy-1.38"
+	// ProfileEnvoy139 is Envoy 1.39.0: the full WASI set added for the Go
+	// SDK, poll_oneoff included.
+	ProfileEnvoy139 = "envoy-1.39"
+	// ProfileEnvoyLatest is an alias of the newest profile, ProfileEnvoy139.
 	ProfileEnvoyLatest = "envoy-latest"
 )
 
@@ -127,8 +131,12 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 	if profile == "" {
 		profile = ProfileEnvoy138
 	}
-	if profile != ProfileEnvoy138 && profile != ProfileEnvoyLatest {
-		return nil, fmt.Errorf("wasm: unknown WASI profile %q (want %q or %q)", profile, ProfileEnvoy138, ProfileEnvoyLatest)
+	switch profile {
+	case ProfileEnvoy138, ProfileEnvoy139:
+	case ProfileEnvoyLatest:
+		profile = ProfileEnvoy139
+	default:
+		return nil, fmt.Errorf("wasm: unknown WASI profile %q (want %q, %q or %q)", profile, ProfileEnvoy138, ProfileEnvoy139, ProfileEnvoyLatest)
 	}
 	workers := env.Workers
 	if workers <= 0 {
