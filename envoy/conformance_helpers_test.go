@@ -192,6 +192,8 @@ type runtimeSpec struct {
 	// routes replaces the default route list (prefix "/" → app), as a
 	// YAML flow sequence.
 	routes string
+	// bootstrap is appended to the file at the top level (e.g. stats_config).
+	bootstrap string
 }
 
 type runningProxy struct {
@@ -264,6 +266,7 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
       endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: %s, port_value: %s } } } }] }]
 `, name, name, host, port)
 	}
+	y.WriteString(spec.bootstrap)
 	path := filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(path, []byte(y.String()), 0o600); err != nil {
 		t.Fatal(err)

@@ -491,3 +491,30 @@ func TestHTTPLogFormat(t *testing.T) {
 		}
 	}
 }
+
+// Metrics with tags: stats_config.stats_tags turns a wasm metric's name
+// into a tagged Prometheus series, as Envoy's tag extraction does.
+func TestHTTPMetricsWithTags(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("metrics", "metrics", "metrics", false)},
+		clusters:  map[string]string{"app": up.addr()},
+		bootstrap: "stats_config:\n  stats_tags:\n  - { tag_name: kind, regex: '(_(requests|inflight|latency))$' }\n",
+	})
+	if r := newConn(t).get(t, p.url("metrics", "/m")); r.status != 200 {
+		t.Fatalf("metrics request: %d %q", r.status, r.body)
+	}
+	prom := newConn(t).get(t, p.adminURL("/stats/prometheus")).body
+	for _, want := range []string{
+		"# TYPE wasm counter\nwasm{kind=\"requests\"} 7\n",
+		"# TYPE wasm gauge\nwasm{kind=\"inflight\"} 100\n",
+		"wasm_count{kind=\"latency\"} 1\n",
+	} {
+		if !strings.Contains(prom, want) {
+			t.Errorf("/stats/prometheus lacks %q:\n%s", want, prom)
+		}
+	}
+	if text := newConn(t).get(t, p.adminURL("/stats?filter=wasmcustom")).body; !strings.Contains(text, "wasmcustom.wasm_requests: 7\n") {
+		t.Errorf("/stats keeps the full name:\n%s", text)
+	}
+}

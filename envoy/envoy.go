@@ -131,6 +131,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	st := stats.New()
+	var tags []stats.TagSpecifier
+	for _, t := range cfg.StatsTags {
+		tags = append(tags, stats.TagSpecifier{Name: t.Name, Regex: t.Regex, FixedValue: t.FixedValue})
+	}
+	st.SetTagSpecifiers(tags)
 	s := &Server{cfg: cfg, clusters: proxy.NewClusters(cfg.Clusters, st)}
 	env := httpfilter.Env{
 		Clusters:    s.clusters,

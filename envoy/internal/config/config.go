@@ -33,6 +33,8 @@ type Config struct {
 	Admin       *Admin // nil when the bootstrap has no admin
 	Listeners   []*Listener
 	Clusters    []*Cluster
+	// StatsTags are stats_config.stats_tags, in order.
+	StatsTags []StatsTag
 	// Bootstrap is the parsed file as Envoy's type, for the admin's
 	// /config_dump.
 	Bootstrap *bootstrapv3.Bootstrap
@@ -56,6 +58,14 @@ func (c *Config) Listener(name string) *Listener {
 		}
 	}
 	return nil
+}
+
+// StatsTag is a stats_config.stats_tags entry: Regex (at least one capture
+// group) or FixedValue.
+type StatsTag struct {
+	Name       string
+	Regex      *regexp.Regexp
+	FixedValue string
 }
 
 // Admin is the admin listener.

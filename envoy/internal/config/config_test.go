@@ -402,3 +402,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestStatsTags: stats_config.stats_tags is read in order; a regex needs
+// a capture group and must compile, and a tag needs a regex or a value.
+func TestStatsTags(t *testing.T) {
+	base := doc("", "", "", "")
+	cfg, err := Parse([]byte(base+`
+stats_config:
+  use_all_default_tags: true
+  stats_tags:
+  - { tag_name: route, regex: '(\.route=(\w+))' }
+  - { tag_name: env, fixed_value: dev }
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.StatsTags) != 2 || cfg.StatsTags[0].Name != "route" || cfg.StatsTags[0].Regex.String() != `(\.route=(\w+))` ||
+		cfg.StatsTags[1].FixedValue != "dev" || cfg.StatsTags[1].Regex != nil {
+		t.Fatalf("stats tags %+v", cfg.StatsTags)
+	}
+	for tag, want := range map[string]string{
+		`{ tag_name: a, regex: '(' }`:      "invalid regex",
+		`{ tag_name: a, regex: 'x' }`:      "capture group",
+		`{ tag_name: envoy.cluster_name }`: "no regex or fixed_value",
+	} {
+		_, err := Parse([]byte(base+"stats_config:\n  stats_tags:\n  - "+tag+"\n"), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", tag, err, want)
+		}
+	}
+}

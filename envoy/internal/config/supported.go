@@ -91,6 +91,10 @@ var bootstrapFields = newAllowlist(
 	"admin.address.socket_address.address",
 	"admin.address.socket_address.port_value",
 	"admin.access_log_path", // admin access log: accepted, not written
+	"stats_config.stats_tags.tag_name",
+	"stats_config.stats_tags.regex",
+	"stats_config.stats_tags.fixed_value",
+	"stats_config.use_all_default_tags", // the built-in stats' tags are always Envoy's defaults
 )
 
 var hcmFields = func() allowlist {

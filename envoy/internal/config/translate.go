@@ -80,6 +80,24 @@ func translate(bs *bootstrapv3.Bootstrap) (*Config, error) {
 		}
 		cfg.Listeners = append(cfg.Listeners, ln)
 	}
+	for i, ts := range bs.GetStatsConfig().GetStatsTags() {
+		st := StatsTag{Name: ts.GetTagName(), FixedValue: ts.GetFixedValue()}
+		where := fmt.Sprintf("stats_config.stats_tags[%d] (%s)", i, st.Name)
+		switch {
+		case ts.GetRegex() != "":
+			re, err := regexp.Compile(ts.GetRegex())
+			if err != nil {
+				return nil, fmt.Errorf("%s: invalid regex: %w", where, err)
+			}
+			if re.NumSubexp() < 1 {
+				return nil, fmt.Errorf("%s: the regex needs a capture group (the part cut from the stat name)", where)
+			}
+			st.Regex = re
+		case ts.GetTagValue() == nil:
+			return nil, fmt.Errorf("%s: no regex or fixed_value (Envoy's default tag regexes are not offered by the chime proxy)", where)
+		}
+		cfg.StatsTags = append(cfg.StatsTags, st)
+	}
 	return cfg, nil
 }
 

@@ -39,6 +39,58 @@ type Tag struct{ Name, Value string }
 type Store struct {
 	mu      sync.Mutex
 	metrics map[string]*metric // by full stat name
+	tags    []TagSpecifier
+}
+
+// TagSpecifier is a bootstrap stats_config.stats_tags entry. With Regex,
+// its first capture group is cut from the stat name and the tag value is
+// the second group (the first when there is only one), as Envoy's
+// TagExtractorImpl does; otherwise the tag is FixedValue.
+type TagSpecifier struct {
+	Name       string
+	Regex      *regexp.Regexp
+	FixedValue string
+}
+
+// SetTagSpecifiers installs the custom tag extraction for metrics defined
+// from now on (SPEC §13 stats_config). It applies to wasm metrics; the
+// built-in stats keep Envoy's default tags.
+func (s *Store) SetTagSpecifiers(specs []TagSpecifier) {
+	s.mu.Lock()
+	s.tags = specs
+	s.mu.Unlock()
+}
+
+// extractTags applies the tag specifiers to a full stat name and returns
+// the tag-extracted name and the tags.
+func extractTags(specs []TagSpecifier, name string) (string, []Tag) {
+	var tags []Tag
+	cut := make([]bool, len(name))
+	for _, sp := range specs {
+		if sp.Regex == nil {
+			tags = append(tags, Tag{sp.Name, sp.FixedValue})
+			continue
+		}
+		m := sp.Regex.FindStringSubmatchIndex(name)
+		if m == nil || len(m) < 4 || m[2] < 0 {
+			continue
+		}
+		vs, ve := m[2], m[3]
+		if len(m) >= 6 && m[4] >= 0 {
+			vs, ve = m[4], m[5]
+		}
+		tags = append(tags, Tag{sp.Name, name[vs:ve]})
+		for i := m[2]; i < m[3]; i++ {
+			cut[i] = true
+		}
+	}
+	var b strings.Builder
+	for i := range len(name) {
+		if !cut[i] {
+			b.WriteByte(name[i])
+		}
+	}
+	return b.String(), tags
 }
 
 // New returns an empty store.
@@ -51,8 +103,15 @@ var _ httpfilter.Stats = (*Store)(nil)
 // the same metric (Envoy shares stats by name across VMs).
 func (s *Store) Define(kind httpfilter.MetricKind, name string) httpfilter.Metric {
 	full := CustomNamespace + "." + name
+	s.mu.Lock()
+	specs := s.tags
+	s.mu.Unlock()
 	return s.get(full, kind, func() (string, []Tag) {
-		return sanitize(name), nil
+		if len(specs) == 0 {
+			return sanitize(name), nil
+		}
+		extracted, tags := extractTags(specs, full)
+		return sanitize(strings.TrimPrefix(extracted, CustomNamespace+".")), tags
 	})
 }
 

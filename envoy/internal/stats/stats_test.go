@@ -100,3 +100,37 @@ func BenchmarkCounterAdd(b *testing.B) {
 		c.Add(1)
 	}
 }
+
+// TestStatsTagsLikeEnvoy: stats_config.stats_tags on wasm metrics. The
+// first capture group is cut from the name, the second (else the first)
+// is the value; series of one tag-extracted name share a TYPE line.
+func TestStatsTagsLikeEnvoy(t *testing.T) {
+	s := New()
+	s.SetTagSpecifiers([]TagSpecifier{
+		{Name: "route", Regex: regexp.MustCompile(`(\.route=([a-z]+))`)},
+		{Name: "kind", Regex: regexp.MustCompile(`^wasmcustom\.((chat|embed)_)`)},
+		{Name: "env", FixedValue: "dev"},
+	})
+	s.Define(httpfilter.MetricCounter, "chat_requests.route=fast").Add(2)
+	s.Define(httpfilter.MetricCounter, "chat_requests.route=slow").Add(5)
+	s.Define(httpfilter.MetricCounter, "plain").Add(1)
+	var b strings.Builder
+	_ = s.WritePrometheus(&b)
+	out := b.String()
+	for _, want := range []string{
+		"# TYPE requests counter\nrequests{route=\"fast\",kind=\"chat\",env=\"dev\"} 2\nrequests{route=\"slow\",kind=\"chat\",env=\"dev\"} 5\n",
+		"plain{env=\"dev\"} 1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "# TYPE requests ") != 1 {
+		t.Errorf("one TYPE line per extracted name:\n%s", out)
+	}
+	b.Reset()
+	_ = s.WriteText(&b, TextOptions{})
+	if !strings.Contains(b.String(), "wasmcustom.chat_requests.route=fast: 2\n") {
+		t.Errorf("/stats keeps the full names:\n%s", b.String())
+	}
+}
