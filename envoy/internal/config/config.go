@@ -111,6 +111,9 @@ type Route struct {
 	Direct  *DirectResponse
 	// HostRewrite is host_rewrite_literal: the upstream :authority.
 	HostRewrite string
+	// Metadata is the route's metadata, serialized envoy.config.core.v3.Metadata
+	// (the xds.route_metadata property); nil when the route has none.
+	Metadata []byte
 	// AutoHostRewrite is auto_host_rewrite: the upstream :authority becomes
 	// the picked endpoint's hostname when it has one (Cluster.Hostnames).
 	AutoHostRewrite bool

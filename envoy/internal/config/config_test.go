@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -430,5 +433,22 @@ stats_config:
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", tag, err, want)
 		}
+	}
+}
+
+// TestRouteMetadata: route metadata is accepted and kept serialized, as
+// Envoy's route_metadata property serves it.
+func TestRouteMetadata(t *testing.T) {
+	cfg, err := Parse([]byte(doc("", `
+              - match: { prefix: "/" }
+                route: { cluster: llm }
+                metadata: { filter_metadata: { chime: { tier: fast } } }`, "", "")), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md corev3.Metadata
+	r := cfg.Listeners[0].VirtualHosts[0].Routes[0]
+	if err := proto.Unmarshal(r.Metadata, &md); err != nil || md.GetFilterMetadata()["chime"].GetFields()["tier"].GetStringValue() != "fast" {
+		t.Fatalf("metadata %x: %v (%v)", r.Metadata, &md, err)
 	}
 }

@@ -105,6 +105,7 @@ var hcmFields = func() allowlist {
 		"route_config.virtual_hosts.name",
 		"route_config.virtual_hosts.domains",
 		"route_config.virtual_hosts.routes.name",
+		"route_config.virtual_hosts.routes.metadata", // served as the route_metadata property
 		"route_config.virtual_hosts.routes.match.prefix",
 		"route_config.virtual_hosts.routes.match.path",
 		"route_config.virtual_hosts.routes.match.safe_regex.regex",

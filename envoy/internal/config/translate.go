@@ -333,6 +333,13 @@ func translateRoutes(rc *routev3.RouteConfiguration, ln *Listener, where string)
 func translateRoute(r *routev3.Route, where string) (*Route, error) {
 	m := r.GetMatch()
 	out := &Route{Name: r.GetName()}
+	if md := r.GetMetadata(); md != nil {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(md)
+		if err != nil {
+			return nil, fmt.Errorf("%s.metadata: %w", where, err)
+		}
+		out.Metadata = b
+	}
 	out.Match.CaseSensitive = m.GetCaseSensitive() == nil || m.GetCaseSensitive().GetValue()
 	switch ps := m.GetPathSpecifier().(type) {
 	case *routev3.RouteMatch_Prefix:

@@ -177,6 +177,8 @@ type StreamInfo struct {
 	DestinationAddr string // local ip:port
 	ListenerName    string
 	RouteName       string
+	RouteMatched    bool   // a route was picked (RouteName may still be "")
+	RouteMetadata   []byte // the picked route's serialized Metadata (nil: none)
 	ClusterName     string // upstream cluster chosen by the router ("" before)
 	ResponseCode    int    // 0 until known
 	ResponseDetails string

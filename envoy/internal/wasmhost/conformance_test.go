@@ -385,7 +385,8 @@ func TestProperties(t *testing.T) {
 	fs.req.Set(":path", "/v1/chat?x=1#f")
 	start := time.Unix(1700000000, 5)
 	fs.info = httpfilter.StreamInfo{StartTime: start, Protocol: "HTTP/1.1", SourceAddress: "10.1.2.3:5555",
-		DestinationAddr: "127.0.0.1:10000", ConnectionID: 42, RouteName: "r1", ClusterName: "llm", RequestSize: 3}
+		DestinationAddr: "127.0.0.1:10000", ConnectionID: 42, RouteName: "r1", ClusterName: "llm", RequestSize: 3,
+		RouteMatched: true, RouteMetadata: []byte("\x0a\x02md")}
 	s.DecodeHeaders(&fs.req, false)
 	headerBytes := 0
 	for _, e := range fs.req {
@@ -422,6 +423,8 @@ func TestProperties(t *testing.T) {
 		"xds.cluster_name":      "0 " + hexs("llm"),
 		"xds.route_name":        "0 " + hexs("r1"),
 		"route_name":            "0 " + hexs("r1"),
+		"xds.route_metadata":    "0 " + hexs("\x0a\x02md"),
+		"route_metadata":        "0 " + hexs("\x0a\x02md"),
 		"cluster_name":          "0 " + hexs("llm"),
 		"listener_direction":    "0 " + le64(0),
 		"no.such":               "1 ",
@@ -460,6 +463,12 @@ func TestProperties(t *testing.T) {
 	h.logs.expect(t, "prop log request.path 0 "+hexs("/v1/chat?x=1#f"))
 	h.logs.expect(t, "prop log response.code_details 0 "+hexs("via_upstream"))
 	h.logs.expect(t, "prop log response.size 0 "+le64(77))
+
+	// Before a route is picked there is no route metadata.
+	s2, fs2 := h.stream(0)
+	s2.DecodeHeaders(&fs2.req, true)
+	h.logs.expect(t, "prop req xds.route_metadata 1 ")
+	s2.OnStreamComplete()
 }
 
 func TestLogLevels(t *testing.T) {
