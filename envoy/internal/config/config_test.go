@@ -368,8 +368,13 @@ func TestLoadProductConfig(t *testing.T) {
 	if l == nil || l.Address() != "127.0.0.1:10000" || l.BufferLimit < 8<<20 || l.StreamIdleTimeout != 0 {
 		t.Fatalf("listener %+v", l)
 	}
-	r := l.VirtualHosts[0].Routes[0]
-	if r.Cluster != "llm" || r.Timeout != 0 || r.Match.Kind != PathPrefix || r.Match.Value != "/" {
+	// The x-chime-route example first, then the default route.
+	routes := l.VirtualHosts[0].Routes
+	if len(routes) != 2 || len(routes[0].Match.Headers) != 1 || routes[0].Match.Headers[0].Name != "x-chime-route" || routes[0].Cluster != "llm" {
+		t.Fatalf("routes %+v", routes)
+	}
+	r := routes[1]
+	if r.Cluster != "llm" || r.Timeout != 0 || r.Match.Kind != PathPrefix || r.Match.Value != "/" || len(r.Match.Headers) != 0 {
 		t.Fatalf("route %+v", r)
 	}
 	if len(l.HTTPFilters) != 1 {
@@ -377,7 +382,8 @@ func TestLoadProductConfig(t *testing.T) {
 	}
 	w := l.HTTPFilters[0]
 	if w.PluginName != "chime" || w.RootID != "chime" || w.Runtime != "envoy.wasm.runtime.v8" || w.CodePath != "chime.wasm" ||
-		string(w.PluginConfiguration) != `{"hostCluster":"chime_host","token":"dev-token"}` {
+		string(w.PluginConfiguration) != `{"hostCluster":"chime_host","token":"dev-token","allowOnHeadersStopIteration":true}` ||
+		!w.AllowOnHeadersStopIteration {
 		t.Fatalf("wasm %+v", w)
 	}
 	if c.Cluster("llm").Endpoints[0] != "127.0.0.1:8788" || c.Cluster("chime_host").Endpoints[0] != "127.0.0.1:8787" {
