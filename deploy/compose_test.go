@@ -1,4 +1,4 @@
-// Package deploy_test validates the deployment files (SPEC §16) with what
+// Package deploy_test validates the deployment files (docs/configuration.md) with what
 // runs on a machine without Docker or Envoy: compose-spec's own loader for
 // the compose file, and the repository's Envoy config loader and local
 // runtime (the `chime proxy` code) for the Envoy config in it.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -168,9 +169,13 @@ func TestComposeEnvoyMatchesProduct(t *testing.T) {
 	sa := clusterAddr(t, openai, "llm")
 	assert.Equal(t, "api.openai.com:443", fmt.Sprintf("%v:%v", sa["address"], sa["port_value"]))
 	assert.Equal(t, "api.openai.com", at(t, clusterByName(t, openai, "llm"), "transport_socket", "typed_config", "sni"))
-	route := []any{"static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config", "route_config", "virtual_hosts", 0, "routes", 0, "route"}
-	assert.Equal(t, "api.openai.com", obj(t, openai, route...)["host_rewrite_literal"])
-	delete(obj(t, openai, route...), "host_rewrite_literal")
+	// Every route goes to cluster llm, so every one rewrites the host.
+	routes := []any{"static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config", "route_config", "virtual_hosts", 0, "routes"}
+	for i := range at(t, openai, routes...).([]any) {
+		route := append(slices.Clone(routes), i, "route")
+		assert.Equal(t, "api.openai.com", obj(t, openai, route...)["host_rewrite_literal"], "route %d", i)
+		delete(obj(t, openai, route...), "host_rewrite_literal")
+	}
 	for i, c := range at(t, openai, "static_resources", "clusters").([]any) {
 		if c.(map[string]any)["name"] == "llm" {
 			at(t, openai, "static_resources", "clusters").([]any)[i] = clusterByName(t, compose, "llm")

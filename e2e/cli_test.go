@@ -145,12 +145,19 @@ type demo struct {
 	clearedRejected []mockRequest // rejections recorded before a clear
 }
 
-func newDemo(t testing.TB) *demo {
+func newDemo(t testing.TB) *demo { return newDemoWith(t, "") }
+
+// newDemoWith is newDemo with extra plugin configuration fields (JSON
+// members, e.g. `"allowOnHeadersStopIteration":true`).
+func newDemoWith(t testing.TB, pluginFields string) *demo {
 	t.Helper()
 	d := &demo{hostPort: freePort(t), mockPort: freePort(t), dataDir: t.TempDir()}
 	listen, admin := freePort(t), freePort(t)
+	if pluginFields != "" {
+		pluginFields = "," + pluginFields
+	}
 	cfg := rewriteConfig(t, stackConfig{upstreamPort: d.mockPort, hostPort: d.hostPort,
-		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `"}`}, listen, admin)
+		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `"` + pluginFields + `}`}, listen, admin)
 	d.config = filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(d.config, cfg, 0o644); err != nil {
 		t.Fatal(err)

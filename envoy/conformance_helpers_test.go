@@ -114,10 +114,21 @@ func (b *logBuffer) guestLines(plugin string) []string {
 	var out []string
 	for _, r := range b.records() {
 		if r.Source == "wasm" && (plugin == "" || r.Plugin == plugin) {
-			out = append(out, r.Msg)
+			out = append(out, guestMessage(r.Msg))
 		}
 	}
 	return out
+}
+
+// guestMessage strips Envoy's "wasm log <name> <root_id> <vm_id>: " from a
+// guest line (TestHTTPLogFormat checks the prefix itself).
+func guestMessage(m string) string {
+	if rest, ok := strings.CutPrefix(m, "wasm log"); ok {
+		if _, msg, ok := strings.Cut(rest, ": "); ok {
+			return msg
+		}
+	}
+	return m
 }
 
 func (b *logBuffer) find(plugin, prefix string) []string {
@@ -164,6 +175,8 @@ func (b *logBuffer) vmFailures(plugin string) []logRecord {
 type filterSpec struct {
 	name, mode string
 	failOpen   bool
+	// allowStopIteration sets allow_on_headers_stop_iteration.
+	allowStopIteration bool
 }
 
 type listenerSpec struct {
@@ -176,6 +189,11 @@ type runtimeSpec struct {
 	listeners []listenerSpec
 	clusters  map[string]string // name -> host:port; routes go to "app"
 	profile   string            // default envoy-1.38
+	// routes replaces the default route list (prefix "/" → app), as a
+	// YAML flow sequence.
+	routes string
+	// bootstrap is appended to the file at the top level (e.g. stats_config).
+	bootstrap string
 }
 
 type runningProxy struct {
@@ -197,6 +215,10 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
 	var y strings.Builder
 	y.WriteString("admin: { address: { socket_address: { address: 127.0.0.1, port_value: 0 } } }\n")
 	y.WriteString("static_resources:\n  listeners:\n")
+	routes := spec.routes
+	if routes == "" {
+		routes = `[{ match: { prefix: "/" }, route: { cluster: app } }]`
+	}
 	for _, l := range spec.listeners {
 		fmt.Fprintf(&y, "  - name: %s\n", l.name)
 		y.WriteString("    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }\n")
@@ -211,9 +233,9 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
           stat_prefix: %s
           route_config:
             virtual_hosts:
-            - { name: all, domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: app } }] }
+            - { name: all, domains: ["*"], routes: %s }
           http_filters:
-`, l.name)
+`, l.name, routes)
 		for _, f := range l.filters {
 			fmt.Fprintf(&y, `          - name: envoy.filters.http.wasm
             typed_config:
@@ -222,9 +244,10 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
                 name: %s
                 root_id: conformance
                 fail_open: %t
+                allow_on_headers_stop_iteration: %t
                 vm_config: { vm_id: %s, runtime: envoy.wasm.runtime.v8, code: { local: { filename: %q } } }
                 configuration: { "@type": type.googleapis.com/google.protobuf.StringValue, value: %q }
-`, f.name, f.failOpen, f.name, code, f.mode)
+`, f.name, f.failOpen, f.allowStopIteration, f.name, code, f.mode)
 		}
 		y.WriteString(`          - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
@@ -243,6 +266,7 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
       endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: %s, port_value: %s } } } }] }]
 `, name, name, host, port)
 	}
+	y.WriteString(spec.bootstrap)
 	path := filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(path, []byte(y.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -252,7 +276,7 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
 		profile = envoy.ProfileEnvoy138
 	}
 	logs := &logBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug - 4, ReplaceAttr: envoy.LevelName}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// One cache dir for the whole binary: the guest compiles once.

@@ -6,7 +6,10 @@ package envoy_test
 // the runtime writes.
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -428,5 +431,90 @@ func TestHTTPMetricsAndTick(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // real time under test: 5 tick periods, a tick that was not stopped would show
 	if n := len(p.logs.find("tick", "tick 1 ")); n != 6 {
 		t.Errorf("%d ticks, want 3 per VM:\n%s", n, p.logs.dump("tick"))
+	}
+}
+
+// A wasm local reply sent before the request body is complete closes the
+// HTTP/1.1 connection ("connection: close"), as Envoy does, so the rest of
+// the body is never read as another request.
+func TestHTTPLocalReplyBeforeBodyCloses(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("main", "deny", "localreply", false)},
+		clusters:  map[string]string{"app": up.addr()},
+	})
+	c, err := net.Dial("tcp", p.srv.Addr("main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	fmt.Fprintf(c, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(smuggled)+10, smuggled)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || string(body) != "nope" || !resp.Close {
+		t.Fatalf("%d %q, connection close %v; want the 403 with connection: close", resp.StatusCode, body, resp.Close)
+	}
+	fmt.Fprint(c, "0123456789")
+	if rest, _ := io.ReadAll(br); len(rest) > 0 {
+		t.Fatalf("the proxy answered the rest of the body: %q", rest)
+	}
+	if up.count() != 0 {
+		t.Error("a request reached the upstream")
+	}
+}
+
+// Guest lines are logged as Envoy writes them: "wasm log <name> <root_id>
+// <vm_id>: <message>", at the guest's level.
+func TestHTTPLogFormat(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("main", "fmt", "loglevel", false)},
+		clusters:  map[string]string{"app": up.addr()},
+	})
+	newConn(t).get(t, p.url("main", "/x"))
+	levels := map[string]string{}
+	for _, r := range p.logs.records() {
+		if r.Source == "wasm" {
+			levels[r.Msg] = r.Level
+		}
+	}
+	// The plugin is "fmt", root_id "conformance", vm_id "fmt"; levels 2 and 5 are info and critical.
+	for msg, level := range map[string]string{"wasm log fmt conformance fmt: level-2": "INFO", "wasm log fmt conformance fmt: level-5": "CRITICAL"} {
+		if got, ok := levels[msg]; !ok || got != level {
+			t.Errorf("%q: logged=%v level %q, want %q; guest lines:\n%s", msg, ok, got, level, p.logs.dump("fmt"))
+		}
+	}
+}
+
+// Metrics with tags: stats_config.stats_tags turns a wasm metric's name
+// into a tagged Prometheus series, as Envoy's tag extraction does.
+func TestHTTPMetricsWithTags(t *testing.T) {
+	up := newUpstream(t)
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{oneFilter("metrics", "metrics", "metrics", false)},
+		clusters:  map[string]string{"app": up.addr()},
+		bootstrap: "stats_config:\n  stats_tags:\n  - { tag_name: kind, regex: '(_(requests|inflight|latency))$' }\n",
+	})
+	if r := newConn(t).get(t, p.url("metrics", "/m")); r.status != 200 {
+		t.Fatalf("metrics request: %d %q", r.status, r.body)
+	}
+	prom := newConn(t).get(t, p.adminURL("/stats/prometheus")).body
+	for _, want := range []string{
+		"# TYPE wasm counter\nwasm{kind=\"requests\"} 7\n",
+		"# TYPE wasm gauge\nwasm{kind=\"inflight\"} 100\n",
+		"wasm_count{kind=\"latency\"} 1\n",
+	} {
+		if !strings.Contains(prom, want) {
+			t.Errorf("/stats/prometheus lacks %q:\n%s", want, prom)
+		}
+	}
+	if text := newConn(t).get(t, p.adminURL("/stats?filter=wasmcustom")).body; !strings.Contains(text, "wasmcustom.wasm_requests: 7\n") {
+		t.Errorf("/stats keeps the full name:\n%s", text)
 	}
 }

@@ -31,7 +31,10 @@ const (
 	// ProfileEnvoy138 matches released Envoy 1.33–1.38: poll_oneoff answers
 	// ENOSYS. It is the default.
 	ProfileEnvoy138 = "envoy-1.38"
-	// ProfileEnvoyLatest matches Envoy's main branch.
+	// ProfileEnvoy139 matches Envoy 1.39.0: the full WASI set, with a
+	// poll_oneoff that waits.
+	ProfileEnvoy139 = "envoy-1.39"
+	// ProfileEnvoyLatest is an alias of the newest profile (envoy-1.39).
 	ProfileEnvoyLatest = "envoy-latest"
 )
 
@@ -43,7 +46,8 @@ type Options struct {
 	// ConfigPath is the envoy.yaml to load (required). Relative wasm code
 	// paths in it resolve against the working directory, as in Envoy.
 	ConfigPath string
-	// WASIProfile is ProfileEnvoy138 (default) or ProfileEnvoyLatest.
+	// WASIProfile is ProfileEnvoy138 (default), ProfileEnvoy139 or
+	// ProfileEnvoyLatest (its alias).
 	WASIProfile string
 	// CacheDir holds compiled wasm modules across runs ("" = no cache).
 	CacheDir string
@@ -61,6 +65,11 @@ type Options struct {
 	// without cluster "llm", fails Start.
 	UpstreamOverride string
 }
+
+// LevelName is a slog.HandlerOptions.ReplaceAttr that names the levels
+// slog lacks as Envoy does: guest trace logs as "TRACE" and critical as
+// "CRITICAL" (docs/local-runtime.md).
+func LevelName(groups []string, a slog.Attr) slog.Attr { return wasmhost.LevelName(groups, a) }
 
 // UpstreamCluster is the provider cluster UpstreamOverride replaces (docs/configuration.md).
 const UpstreamCluster = "llm"
@@ -91,9 +100,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	switch opt.WASIProfile {
 	case "":
 		opt.WASIProfile = ProfileEnvoy138
-	case ProfileEnvoy138, ProfileEnvoyLatest:
+	case ProfileEnvoy138, ProfileEnvoy139:
+	case ProfileEnvoyLatest:
+		opt.WASIProfile = ProfileEnvoy139
 	default:
-		return nil, fmt.Errorf("envoy: unknown WASI profile %q (want %q or %q)", opt.WASIProfile, ProfileEnvoy138, ProfileEnvoyLatest)
+		return nil, fmt.Errorf("envoy: unknown WASI profile %q (want %q, %q or %q)", opt.WASIProfile, ProfileEnvoy138, ProfileEnvoy139, ProfileEnvoyLatest)
 	}
 	if opt.Workers <= 0 {
 		opt.Workers = runtime.GOMAXPROCS(0)
@@ -120,6 +131,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	st := stats.New()
+	var tags []stats.TagSpecifier
+	for _, t := range cfg.StatsTags {
+		tags = append(tags, stats.TagSpecifier{Name: t.Name, Regex: t.Regex, FixedValue: t.FixedValue})
+	}
+	st.SetTagSpecifiers(tags)
 	s := &Server{cfg: cfg, clusters: proxy.NewClusters(cfg.Clusters, st)}
 	env := httpfilter.Env{
 		Clusters:    s.clusters,
@@ -130,6 +146,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		CacheDir:    opt.CacheDir,
 		NodeID:      cfg.NodeID,
 		NodeCluster: cfg.NodeCluster,
+		// Ticks and callouts begin once the listeners are bound.
+		HoldUntilStarted: true,
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {
@@ -152,8 +170,14 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
+	for _, f := range s.factories {
+		if st, ok := f.(httpfilter.Starter); ok {
+			st.Start()
+		}
+	}
 	if cfg.Admin != nil {
-		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now()}
+		info := proxy.ServerInfo{Version: Version, NodeID: cfg.NodeID, NodeCluster: cfg.NodeCluster, Concurrency: opt.Workers, Start: time.Now(),
+			Config: cfg, ListenerAddr: s.proxy.Addr}
 		s.admin, err = proxy.ListenAdmin(cfg.Admin.Address, proxy.NewAdminHandler(st, info))
 		if err != nil {
 			s.Close()

@@ -62,11 +62,14 @@ static_resources:
 
 // stubFactory stands in for wasmhost: a filter that tags requests.
 type stubFactory struct {
-	mu     sync.Mutex
-	cfg    httpfilter.WasmConfig
-	env    httpfilter.Env
-	closed bool
+	mu      sync.Mutex
+	cfg     httpfilter.WasmConfig
+	env     httpfilter.Env
+	closed  bool
+	started bool
 }
+
+func (f *stubFactory) Start() { f.mu.Lock(); f.started = true; f.mu.Unlock() }
 
 type stubFilter struct{ httpfilter.Callbacks }
 
@@ -135,8 +138,11 @@ func TestStartBuildsWasmFiltersAndServes(t *testing.T) {
 		t.Errorf("factory got %+v", stub.cfg)
 	}
 	e := stub.env
-	if e.Workers != 3 || e.WASIProfile != ProfileEnvoyLatest || e.CacheDir != "/tmp/cache" || e.NodeID != "node-1" || e.NodeCluster != "c-1" || e.Clusters == nil || e.Stats == nil {
+	if e.Workers != 3 || e.WASIProfile != ProfileEnvoy139 /* the alias resolved */ || e.CacheDir != "/tmp/cache" || e.NodeID != "node-1" || e.NodeCluster != "c-1" || e.Clusters == nil || e.Stats == nil || !e.HoldUntilStarted {
 		t.Errorf("env %+v", e)
+	}
+	if !stub.started {
+		t.Error("the factory was never started after the listeners were bound")
 	}
 	resp, err = http.Get("http://" + srv.AdminAddr() + "/ready")
 	if err != nil {
@@ -146,6 +152,15 @@ func TestStartBuildsWasmFiltersAndServes(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "LIVE\n" {
 		t.Fatalf("/ready %q", b)
+	}
+	resp, err = http.Get("http://" + srv.AdminAddr() + "/listeners")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "main::"+srv.Addr("main")+"\n" {
+		t.Fatalf("/listeners %q", b)
 	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)

@@ -35,6 +35,11 @@ const HeaderFollowup = "x-chime-followup"
 // HeaderTimezone selects the time tag's zone per request (docs/time.md#time-tag).
 const HeaderTimezone = "x-chime-timezone"
 
+// HeaderRoute carries the session's pinned route (`<**route:NAME**>`) on
+// requests and followups; the envoy.yaml routes match on it (docs/directives.md#routing
+// Routing).
+const HeaderRoute = "x-chime-route"
+
 // HostDirective is a directive the host applies to session state. The
 // filter parses and strips tags; the host, which owns state, acts on them.
 type HostDirective struct {

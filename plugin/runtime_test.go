@@ -235,10 +235,22 @@ func (b *logBuffer) guest(level slog.Level) []logRecord {
 	for _, r := range b.records() {
 		var l slog.Level
 		if r.Source == "wasm" && l.UnmarshalText([]byte(r.Level)) == nil && l >= level {
+			r.Msg = guestMessage(r.Msg)
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// guestMessage strips the runtime's Envoy-style "wasm log <name> <root_id>
+// <vm_id>: " from a guest record.
+func guestMessage(m string) string {
+	if rest, ok := strings.CutPrefix(m, "wasm log"); ok {
+		if _, msg, ok := strings.Cut(rest, ": "); ok {
+			return msg
+		}
+	}
+	return m
 }
 
 func (b *logBuffer) dump() string {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newHealthcheckCommand is the container HEALTHCHECK (SPEC §16): the image
+// newHealthcheckCommand is the container HEALTHCHECK (docs/configuration.md): the image
 // is distroless, with no curl, so the binary probes its own /healthz.
 func newHealthcheckCommand() *cobra.Command {
 	var timeout time.Duration

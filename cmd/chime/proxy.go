@@ -27,7 +27,7 @@ type proxyFlags struct {
 // config file. Both take -c.
 func (f *proxyFlags) register(cmd *cobra.Command, configFlag string) {
 	cmd.Flags().StringVarP(&f.config, configFlag, "c", "envoy.yaml", "Envoy bootstrap config (the same file Envoy runs)")
-	cmd.Flags().StringVar(&f.wasiProfile, "wasi-profile", "envoy-1.38", "WASI profile: envoy-1.38 (poll_oneoff answers ENOSYS) or envoy-latest")
+	cmd.Flags().StringVar(&f.wasiProfile, "wasi-profile", "envoy-1.38", "WASI profile: envoy-1.38 (poll_oneoff answers ENOSYS), envoy-1.39 (full WASI set) or envoy-latest (alias of envoy-1.39)")
 	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "on-disk wasm compilation cache (empty disables)")
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", runtime.GOMAXPROCS(0), "worker count; one wasm VM per worker, like Envoy's --concurrency")
 }

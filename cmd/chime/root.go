@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/chimehq/chime/envoy"
 )
 
 // logLevel is shared by every subcommand (--log-level).
@@ -37,5 +39,5 @@ func newLogger() *slog.Logger {
 	default:
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: envoy.LevelName}))
 }

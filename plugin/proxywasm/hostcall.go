@@ -141,3 +141,9 @@ func GetSharedData(key string) (value []byte, cas uint32, err error) {
 func SetSharedData(key string, value []byte, cas uint32) error {
 	return hostcall.SetSharedData(key, value, cas)
 }
+
+// CallForeignFunction calls a host extension function by name (Envoy's
+// clear_route_cache, compress, …); an unknown name is ErrNotFound.
+func CallForeignFunction(name string, args []byte) ([]byte, error) {
+	return hostcall.CallForeignFunction(name, args)
+}

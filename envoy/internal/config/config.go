@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 )
 
 // Envoy defaults the model fills in when the file leaves them out.
@@ -32,6 +33,11 @@ type Config struct {
 	Admin       *Admin // nil when the bootstrap has no admin
 	Listeners   []*Listener
 	Clusters    []*Cluster
+	// StatsTags are stats_config.stats_tags, in order.
+	StatsTags []StatsTag
+	// Bootstrap is the parsed file as Envoy's type, for the admin's
+	// /config_dump.
+	Bootstrap *bootstrapv3.Bootstrap
 }
 
 // Cluster returns the named cluster or nil.
@@ -52,6 +58,14 @@ func (c *Config) Listener(name string) *Listener {
 		}
 	}
 	return nil
+}
+
+// StatsTag is a stats_config.stats_tags entry: Regex (at least one capture
+// group) or FixedValue.
+type StatsTag struct {
+	Name       string
+	Regex      *regexp.Regexp
+	FixedValue string
 }
 
 // Admin is the admin listener.
@@ -97,6 +111,9 @@ type Route struct {
 	Direct  *DirectResponse
 	// HostRewrite is host_rewrite_literal: the upstream :authority.
 	HostRewrite string
+	// Metadata is the route's metadata, serialized envoy.config.core.v3.Metadata
+	// (the xds.route_metadata property); nil when the route has none.
+	Metadata []byte
 	// AutoHostRewrite is auto_host_rewrite: the upstream :authority becomes
 	// the picked endpoint's hostname when it has one (Cluster.Hostnames).
 	AutoHostRewrite bool

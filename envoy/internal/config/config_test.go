@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
@@ -365,8 +368,13 @@ func TestLoadProductConfig(t *testing.T) {
 	if l == nil || l.Address() != "127.0.0.1:10000" || l.BufferLimit < 8<<20 || l.StreamIdleTimeout != 0 {
 		t.Fatalf("listener %+v", l)
 	}
-	r := l.VirtualHosts[0].Routes[0]
-	if r.Cluster != "llm" || r.Timeout != 0 || r.Match.Kind != PathPrefix || r.Match.Value != "/" {
+	// The x-chime-route example first, then the default route.
+	routes := l.VirtualHosts[0].Routes
+	if len(routes) != 2 || len(routes[0].Match.Headers) != 1 || routes[0].Match.Headers[0].Name != "x-chime-route" || routes[0].Cluster != "llm" {
+		t.Fatalf("routes %+v", routes)
+	}
+	r := routes[1]
+	if r.Cluster != "llm" || r.Timeout != 0 || r.Match.Kind != PathPrefix || r.Match.Value != "/" || len(r.Match.Headers) != 0 {
 		t.Fatalf("route %+v", r)
 	}
 	if len(l.HTTPFilters) != 1 {
@@ -374,7 +382,8 @@ func TestLoadProductConfig(t *testing.T) {
 	}
 	w := l.HTTPFilters[0]
 	if w.PluginName != "chime" || w.RootID != "chime" || w.Runtime != "envoy.wasm.runtime.v8" || w.CodePath != "chime.wasm" ||
-		string(w.PluginConfiguration) != `{"hostCluster":"chime_host","token":"dev-token"}` {
+		string(w.PluginConfiguration) != `{"hostCluster":"chime_host","token":"dev-token","allowOnHeadersStopIteration":true}` ||
+		!w.AllowOnHeadersStopIteration {
 		t.Fatalf("wasm %+v", w)
 	}
 	if c.Cluster("llm").Endpoints[0] != "127.0.0.1:8788" || c.Cluster("chime_host").Endpoints[0] != "127.0.0.1:8787" {
@@ -401,4 +410,51 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("error does not name the file: %v", err)
 		}
 	})
+}
+
+// TestStatsTags: stats_config.stats_tags is read in order; a regex needs
+// a capture group and must compile, and a tag needs a regex or a value.
+func TestStatsTags(t *testing.T) {
+	base := doc("", "", "", "")
+	cfg, err := Parse([]byte(base+`
+stats_config:
+  use_all_default_tags: true
+  stats_tags:
+  - { tag_name: route, regex: '(\.route=(\w+))' }
+  - { tag_name: env, fixed_value: dev }
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.StatsTags) != 2 || cfg.StatsTags[0].Name != "route" || cfg.StatsTags[0].Regex.String() != `(\.route=(\w+))` ||
+		cfg.StatsTags[1].FixedValue != "dev" || cfg.StatsTags[1].Regex != nil {
+		t.Fatalf("stats tags %+v", cfg.StatsTags)
+	}
+	for tag, want := range map[string]string{
+		`{ tag_name: a, regex: '(' }`:      "invalid regex",
+		`{ tag_name: a, regex: 'x' }`:      "capture group",
+		`{ tag_name: envoy.cluster_name }`: "no regex or fixed_value",
+	} {
+		_, err := Parse([]byte(base+"stats_config:\n  stats_tags:\n  - "+tag+"\n"), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", tag, err, want)
+		}
+	}
+}
+
+// TestRouteMetadata: route metadata is accepted and kept serialized, as
+// Envoy's route_metadata property serves it.
+func TestRouteMetadata(t *testing.T) {
+	cfg, err := Parse([]byte(doc("", `
+              - match: { prefix: "/" }
+                route: { cluster: llm }
+                metadata: { filter_metadata: { chime: { tier: fast } } }`, "", "")), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md corev3.Metadata
+	r := cfg.Listeners[0].VirtualHosts[0].Routes[0]
+	if err := proto.Unmarshal(r.Metadata, &md); err != nil || md.GetFilterMetadata()["chime"].GetFields()["tier"].GetStringValue() != "fast" {
+		t.Fatalf("metadata %x: %v (%v)", r.Metadata, &md, err)
+	}
 }

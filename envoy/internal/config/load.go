@@ -53,6 +53,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		return nil, fmt.Errorf("config: %s: %w", name, err)
 	}
 	cfg.Path = name
+	cfg.Bootstrap = bs
 	return cfg, nil
 }
 

@@ -97,6 +97,10 @@ var bootstrapFields = newAllowlist(
 	"admin.address.socket_address.address",
 	"admin.address.socket_address.port_value",
 	"admin.access_log_path", // admin access log: accepted, not written
+	"stats_config.stats_tags.tag_name",
+	"stats_config.stats_tags.regex",
+	"stats_config.stats_tags.fixed_value",
+	"stats_config.use_all_default_tags", // the built-in stats' tags are always Envoy's defaults
 )
 
 var hcmFields = func() allowlist {
@@ -107,6 +111,7 @@ var hcmFields = func() allowlist {
 		"route_config.virtual_hosts.name",
 		"route_config.virtual_hosts.domains",
 		"route_config.virtual_hosts.routes.name",
+		"route_config.virtual_hosts.routes.metadata", // served as the route_metadata property
 		"route_config.virtual_hosts.routes.match.prefix",
 		"route_config.virtual_hosts.routes.match.path",
 		"route_config.virtual_hosts.routes.match.safe_regex.regex",
@@ -139,7 +144,7 @@ var wasmFields = newAllowlist(
 	"config.configuration",
 	"config.fail_open",
 	"config.failure_policy",
-	"config.allow_on_headers_stop_iteration", // only false: checked in translate
+	"config.allow_on_headers_stop_iteration",
 	"config.vm_config.vm_id",
 	"config.vm_config.runtime",
 	"config.vm_config.configuration",

@@ -80,6 +80,24 @@ func translate(bs *bootstrapv3.Bootstrap) (*Config, error) {
 		}
 		cfg.Listeners = append(cfg.Listeners, ln)
 	}
+	for i, ts := range bs.GetStatsConfig().GetStatsTags() {
+		st := StatsTag{Name: ts.GetTagName(), FixedValue: ts.GetFixedValue()}
+		where := fmt.Sprintf("stats_config.stats_tags[%d] (%s)", i, st.Name)
+		switch {
+		case ts.GetRegex() != "":
+			re, err := regexp.Compile(ts.GetRegex())
+			if err != nil {
+				return nil, fmt.Errorf("%s: invalid regex: %w", where, err)
+			}
+			if re.NumSubexp() < 1 {
+				return nil, fmt.Errorf("%s: the regex needs a capture group (the part cut from the stat name)", where)
+			}
+			st.Regex = re
+		case ts.GetTagValue() == nil:
+			return nil, fmt.Errorf("%s: no regex or fixed_value (Envoy's default tag regexes are not offered by the chime proxy)", where)
+		}
+		cfg.StatsTags = append(cfg.StatsTags, st)
+	}
 	return cfg, nil
 }
 
@@ -324,6 +342,13 @@ func translateRoutes(rc *routev3.RouteConfiguration, ln *Listener, where string)
 func translateRoute(r *routev3.Route, where string) (*Route, error) {
 	m := r.GetMatch()
 	out := &Route{Name: r.GetName()}
+	if md := r.GetMetadata(); md != nil {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(md)
+		if err != nil {
+			return nil, fmt.Errorf("%s.metadata: %w", where, err)
+		}
+		out.Metadata = b
+	}
 	out.Match.CaseSensitive = m.GetCaseSensitive() == nil || m.GetCaseSensitive().GetValue()
 	switch ps := m.GetPathSpecifier().(type) {
 	case *routev3.RouteMatch_Prefix:
@@ -423,9 +448,7 @@ func compileRE2(m *matcherv3.RegexMatcher) (*regexp.Regexp, error) {
 
 func translateWasm(pc *wasmv3.PluginConfig, where string) (httpfilter.WasmConfig, error) {
 	wc := httpfilter.WasmConfig{PluginName: pc.GetName(), RootID: pc.GetRootId()}
-	if pc.GetAllowOnHeadersStopIteration().GetValue() {
-		return wc, fmt.Errorf("%s.allow_on_headers_stop_iteration: true is not supported by the chime proxy", where)
-	}
+	wc.AllowOnHeadersStopIteration = pc.GetAllowOnHeadersStopIteration().GetValue()
 	switch pc.GetFailurePolicy() {
 	case wasmv3.FailurePolicy_UNSPECIFIED:
 		wc.FailOpen = pc.GetFailOpen()

@@ -88,6 +88,12 @@ const (
 	// either, until Continue{De,En}coding is called. Body bytes that arrive
 	// meanwhile are buffered (subject to the buffer limit).
 	HeadersStopAll
+	// HeadersStopIteration is Envoy's StopIteration (proxy-wasm PAUSE with
+	// allow_on_headers_stop_iteration, docs/local-runtime.md): the headers stop at this
+	// filter but body and trailers still reach it. DataContinue or
+	// TrailersContinue from it, or Continue{De,En}coding, sends the headers
+	// on, then what it buffered.
+	HeadersStopIteration
 )
 
 // DataStatus is what a filter returns from a data callback.
@@ -171,6 +177,8 @@ type StreamInfo struct {
 	DestinationAddr string // local ip:port
 	ListenerName    string
 	RouteName       string
+	RouteMatched    bool   // a route was picked (RouteName may still be "")
+	RouteMetadata   []byte // the picked route's serialized Metadata (nil: none)
 	ClusterName     string // upstream cluster chosen by the router ("" before)
 	ResponseCode    int    // 0 until known
 	ResponseDetails string
@@ -226,8 +234,11 @@ type WasmConfig struct {
 	VMConfiguration     []byte // config.vm_config.configuration
 	PluginConfiguration []byte // config.configuration
 	FailOpen            bool   // config.fail_open (or failure_policy FAIL_OPEN)
-	EnvVars             map[string]string
-	ListenerName        string
+	// AllowOnHeadersStopIteration is config.allow_on_headers_stop_iteration:
+	// PAUSE from a headers callback is StopIteration, not stop-all.
+	AllowOnHeadersStopIteration bool
+	EnvVars                     map[string]string
+	ListenerName                string
 }
 
 // Metric kinds, as proxy_define_metric numbers them.
@@ -259,8 +270,18 @@ type Env struct {
 	Stats       Stats
 	Logger      *slog.Logger
 	Workers     int    // number of worker VMs to create (Envoy --concurrency)
-	WASIProfile string // "envoy-1.38" (default) or "envoy-latest"
+	WASIProfile string // "envoy-1.38" (default), "envoy-1.39" or its alias "envoy-latest"
 	CacheDir    string // on-disk compilation cache ("" = none)
 	NodeID      string // bootstrap node.id (for the node property)
 	NodeCluster string // bootstrap node.cluster
+	// HoldUntilStarted keeps a factory's ticks and http_call dispatches
+	// waiting until Starter.Start, which the runtime calls once every
+	// listener is bound, as Envoy's workers only run after init (docs/local-runtime.md).
+	HoldUntilStarted bool
+}
+
+// Starter is a Factory with timers and callouts held until Start
+// (Env.HoldUntilStarted).
+type Starter interface {
+	Start()
 }

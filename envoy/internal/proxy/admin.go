@@ -4,22 +4,30 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"regexp"
 	"time"
 
+	"github.com/chimehq/chime/envoy/internal/config"
 	"github.com/chimehq/chime/envoy/internal/stats"
 )
 
-// ServerInfo is what /server_info reports.
+// ServerInfo is what /server_info reports, plus what /listeners,
+// /clusters and /config_dump describe.
 type ServerInfo struct {
 	Version     string
 	NodeID      string
 	NodeCluster string
 	Concurrency int
 	Start       time.Time
+	// Config is the running configuration (nil: those pages are empty).
+	Config *config.Config
+	// ListenerAddr gives a listener's bound host:port by name.
+	ListenerAddr func(name string) string
 }
 
 // Admin is the admin listener (Envoy's admin: /ready, /stats,
-// /stats/prometheus, /server_info).
+// /stats/prometheus, /server_info, /listeners, /clusters, /config_dump;
+// docs/local-runtime.md).
 type Admin struct {
 	ln  net.Listener
 	srv *http.Server
@@ -43,7 +51,31 @@ func NewAdminHandler(st *stats.Store, info ServerInfo) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-		_ = st.WriteText(w)
+		q := r.URL.Query()
+		opt := stats.TextOptions{UsedOnly: q.Has("usedonly")}
+		if f := q.Get("filter"); f != "" {
+			re, err := regexp.Compile(f)
+			if err != nil {
+				http.Error(w, "Invalid re2 regex", http.StatusBadRequest)
+				return
+			}
+			opt.Filter = re
+		}
+		if q.Get("format") == "json" {
+			w.Header().Set("Content-Type", "application/json")
+			_ = st.WriteJSON(w, opt)
+			return
+		}
+		_ = st.WriteText(w, opt)
+	})
+	mux.HandleFunc("/listeners", func(w http.ResponseWriter, r *http.Request) {
+		writeListeners(w, r, info)
+	})
+	mux.HandleFunc("/clusters", func(w http.ResponseWriter, r *http.Request) {
+		writeClusters(w, r, info)
+	})
+	mux.HandleFunc("/config_dump", func(w http.ResponseWriter, r *http.Request) {
+		writeConfigDump(w, info)
 	})
 	mux.HandleFunc("/server_info", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

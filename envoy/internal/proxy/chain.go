@@ -29,9 +29,12 @@ type terminal interface {
 
 // slotState is one filter's iteration state in one direction.
 type slotState struct {
-	hdrEnd      bool   // the headers it got carried end_stream
-	hdrDone     bool   // headers were passed on beyond this filter
-	stopAll     bool   // headers returned StopAll: input held, not delivered
+	hdrEnd  bool // the headers it got carried end_stream
+	hdrDone bool // headers were passed on beyond this filter
+	stopAll bool // headers returned StopAll: input held, not delivered
+	// stopSingle: headers returned StopIteration; body and trailers are
+	// still delivered to this filter, the headers wait here.
+	stopSingle  bool
 	dataStopped bool   // data returned StopAndBuffer or StopNoBuffer
 	buffering   bool   // ... and it was StopAndBuffer: body accumulates
 	held        []byte // input held under stopAll, not yet delivered
@@ -97,8 +100,12 @@ func (c *chain) pushHeaders(from int, end bool) {
 		if c.halted() {
 			return
 		}
-		if status == httpfilter.HeadersStopAll {
+		switch status {
+		case httpfilter.HeadersStopAll:
 			st.stopAll = true
+			return
+		case httpfilter.HeadersStopIteration:
+			st.stopSingle = true
 			return
 		}
 		st.hdrDone = true
@@ -115,7 +122,7 @@ func (c *chain) pushData(from int, chunk []byte, end bool) {
 		if end {
 			st.inEnd = true
 		}
-		if !st.hdrDone {
+		if !st.hdrDone && !st.stopSingle {
 			// Stopped on headers: held, not delivered. Backpressure (not a
 			// 413) applies to held data, as for Envoy's
 			// StopAllIterationAndWatermark.
@@ -144,6 +151,15 @@ func (c *chain) pushData(from int, chunk []byte, end bool) {
 		case httpfilter.DataContinue:
 			chunk = b.Bytes
 			st.body, st.buffering, st.dataStopped = nil, false, false
+			if st.stopSingle {
+				// Continue from data after StopIteration from headers sends
+				// the headers on first (Envoy's commonContinue).
+				st.stopSingle, st.hdrDone = false, true
+				c.pushHeaders(i+1, false)
+				if c.halted() {
+					return
+				}
+			}
 		case httpfilter.DataStopAndBuffer:
 			// b is not touched again until more data arrives or the filter
 			// continues: a callback may still be editing it.
@@ -164,7 +180,7 @@ func (c *chain) pushTrailers(from int) {
 		}
 		st := &c.slots[i]
 		st.inEnd = true
-		if !st.hdrDone {
+		if !st.hdrDone && !st.stopSingle {
 			st.trailersHeld = true
 			return
 		}
@@ -174,6 +190,13 @@ func (c *chain) pushTrailers(from int) {
 		}
 		if status == httpfilter.TrailersStop {
 			st.trailersStopped = true
+			return
+		}
+		if st.stopSingle {
+			// Continue from trailers after StopIteration from headers:
+			// headers, then the buffered body, then the trailers.
+			st.trailersStopped = true
+			c.resume(c.configIndex(i))
 			return
 		}
 		if st.dataStopped {
@@ -227,6 +250,22 @@ func (c *chain) resume(idx int) {
 		if trailers && !c.halted() {
 			c.pushTrailers(i)
 		}
+	case st.stopSingle:
+		st.stopSingle, st.hdrDone = false, true
+		buf := st.takeBody()
+		st.dataStopped = false
+		trailers := st.trailersStopped
+		st.trailersStopped = false
+		c.pushHeaders(i+1, st.hdrEnd)
+		if st.hdrEnd || c.halted() {
+			return
+		}
+		if len(buf) > 0 || st.inEnd && !trailers {
+			c.pushData(i+1, buf, st.inEnd && !trailers)
+		}
+		if trailers && !c.halted() {
+			c.pushTrailers(i + 1)
+		}
 	case st.dataStopped:
 		buf := st.takeBody()
 		st.dataStopped = false
@@ -242,6 +281,14 @@ func (c *chain) resume(idx int) {
 		st.trailersStopped = false
 		c.pushTrailers(i + 1)
 	}
+}
+
+// configIndex maps an iteration position back to the filter's config index.
+func (c *chain) configIndex(i int) int {
+	if c.encode {
+		return len(c.filters) - 1 - i
+	}
+	return i
 }
 
 // heldBytes is the body held at filters stopped on headers; above the

@@ -94,6 +94,15 @@ func (s *stream) writeHeaders(end bool) {
 		wh["Content-Type"] = nil // forward as is: no content sniffing
 	}
 	wh["Server"] = []string{s.l.cfg.ServerName}
+	if !s.reqComplete {
+		// A response before the whole request arrived: HTTP/1.1 cannot
+		// reuse the connection, so Envoy sends "connection: close" and
+		// closes it rather than read the rest of the body as a request.
+		s.l.rqBeforeComplete.Add(1)
+		if s.r.ProtoMajor < 2 {
+			wh["Connection"] = []string{"close"}
+		}
+	}
 	s.w.WriteHeader(status)
 	s.downstreamStarted = true
 	s.info.ResponseCode = status

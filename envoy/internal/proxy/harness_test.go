@@ -168,6 +168,7 @@ type env struct {
 	facs     []*fakeFactory
 	clusters *Clusters
 	stats    *stats.Store
+	cfg      *config.Config
 }
 
 type setup struct {
@@ -242,7 +243,7 @@ static_resources:
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
 	}
-	e := &env{t: t, rec: &recorder{}, stats: stats.New()}
+	e := &env{t: t, rec: &recorder{}, stats: stats.New(), cfg: cfg}
 	var facs []httpfilter.Factory
 	for i, script := range s.filters {
 		ff := &fakeFactory{name: fmt.Sprintf("f%d", i), rec: e.rec, script: script}

@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -856,5 +858,167 @@ func TestHTTPCallCircuitBreaker(t *testing.T) {
 		t.Fatal(err)
 	} else if st, _ := resp.Headers.Get(":status"); st != "200" {
 		t.Fatalf("after the others ended: %v", resp.Headers)
+	}
+}
+
+// TestHeadersStopIterationRoutesOnBody: StopIteration from headers (wasm
+// PAUSE with allow_on_headers_stop_iteration, docs/local-runtime.md) still delivers the
+// body to that filter; a header edit plus ClearRouteCache there re-picks
+// the route, and Continue from data sends headers, then body, onward.
+func TestHeadersStopIterationRoutesOnBody(t *testing.T) {
+	a := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) { fmt.Fprint(w, "A") })
+	b := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) { fmt.Fprint(w, "B") })
+	routes := `
+              - match:
+                  prefix: "/"
+                  headers: [{ name: x-pick, string_match: { exact: b } }]
+                route: { cluster: b }
+              - match: { prefix: "/" }
+                route: { cluster: a }`
+	e := start(t, setup{upstreams: map[string]string{"a": a.addr(), "b": b.addr()}, routes: routes, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			var hdrs *httpfilter.Headers
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				hdrs = h
+				return httpfilter.HeadersStopIteration
+			}
+			f.decodeData = func(f *fakeFilter, buf *httpfilter.Buffer, end bool) httpfilter.DataStatus {
+				if !end {
+					return httpfilter.DataStopAndBuffer
+				}
+				if bytes.Contains(buf.Bytes, []byte("pick=b")) {
+					hdrs.Set("x-pick", "b")
+					f.cb.ClearRouteCache()
+				}
+				return httpfilter.DataContinue
+			}
+		},
+		nil,
+	}})
+	for _, c := range []struct{ body, want string }{{"pick=b please", "B"}, {"nothing", "A"}} {
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write([]byte(c.body[:3]))
+			time.Sleep(20 * time.Millisecond) // real pacing: two chunks reach the filter as two calls
+			pw.Write([]byte(c.body[3:]))
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", e.url+"/x", pr)
+		resp, got := do(t, req)
+		if resp.StatusCode != 200 || got != c.want {
+			t.Errorf("body %q: %d %q, want %q", c.body, resp.StatusCode, got, c.want)
+		}
+	}
+	if r := b.last(t); string(r.body) != "pick=b please" || r.header.Get("X-Pick") != "b" {
+		t.Errorf("upstream b got %q %v", r.body, r.header)
+	}
+	// f0 saw the body while holding the headers; f1 saw headers only after.
+	evs := e.rec.events()
+	first := slices.Index(evs, "f1:dh end=false")
+	if first < 0 || !slices.Contains(evs[:first], "f0:dd 3 end=false") || !slices.Contains(evs[:first], "f0:dd 13 end=true") ||
+		first+1 >= len(evs) || evs[first+1] != "f1:dd 13 end=true" {
+		t.Errorf("events:\n%s", strings.Join(evs, "\n"))
+	}
+}
+
+// TestHeadersStopIterationContinueDecoding: after StopIteration a
+// ContinueDecoding sends the held headers and the buffered body on, and
+// trailers reach the stopped filter too.
+func TestHeadersStopIterationContinueDecoding(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				return httpfilter.HeadersStopIteration
+			}
+			f.decodeData = bufferAll
+			f.decodeTrailers = func(f *fakeFilter, t *httpfilter.Headers) httpfilter.TrailersStatus {
+				go f.cb.ContinueDecoding()
+				return httpfilter.TrailersStop
+			}
+		},
+	}})
+	req, _ := http.NewRequest("POST", e.url+"/t", io.MultiReader(strings.NewReader("chunked body")))
+	req.Trailer = http.Header{"X-T": {"1"}}
+	resp, body := do(t, req)
+	if resp.StatusCode != 200 || body != "upstream POST /t" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if r := up.last(t); string(r.body) != "chunked body" {
+		t.Errorf("upstream body %q", r.body)
+	}
+	if !e.rec.has("f0:dt") {
+		t.Errorf("trailers never reached the stopped filter: %v", e.rec.events())
+	}
+}
+
+// TestResponseBeforeRequestCompleteClosesConnection: a local reply sent
+// before the request body is complete carries "connection: close" and the
+// connection is closed, as Envoy does for HTTP/1.1; the unread rest of the
+// body is never parsed as another request.
+func TestResponseBeforeRequestCompleteClosesConnection(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				f.cb.SendLocalReply(403, []byte("denied"), nil, "test")
+				return httpfilter.HeadersStopAll
+			}
+		},
+	}})
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The body announces 200 bytes and starts with what looks like a request.
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	fmt.Fprintf(c, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n%s", smuggled)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 403 || string(body) != "denied" || !resp.Close { // Close: "connection: close" was sent
+		t.Fatalf("%d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+	// The rest of the body would complete the request; the proxy must
+	// have closed the connection instead of answering anything else.
+	fmt.Fprint(c, strings.Repeat("x", 200-len(smuggled)))
+	if rest, err := io.ReadAll(br); err != nil && !errors.Is(err, syscall.ECONNRESET) || len(rest) > 0 {
+		t.Fatalf("after the reply the connection gave %q, %v; want EOF", rest, err)
+	}
+	if up.hits.Load() != 0 {
+		t.Error("the upstream was reached")
+	}
+	if got := e.stats.Counter("http.main.downstream_rq_response_before_rq_complete", "").Value(); got != 1 {
+		t.Errorf("downstream_rq_response_before_rq_complete = %d", got)
+	}
+
+	// A complete request (no body) keeps the connection open.
+	resp2, _ := get(t, e.url+"/q")
+	if resp2.StatusCode != 403 || resp2.Close {
+		t.Error("a reply after the whole request closed the connection")
+	}
+}
+
+// TestUpstreamServiceTime: responses from an upstream carry Envoy's
+// x-envoy-upstream-service-time (ms); local replies do not.
+func TestUpstreamServiceTime(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, routes: `
+              - match: { prefix: "/direct" }
+                direct_response: { status: 200, body: { inline_string: "d" } }
+              - match: { prefix: "/" }
+                route: { cluster: a }`})
+	resp, _ := get(t, e.url+"/x")
+	if v := resp.Header.Get("X-Envoy-Upstream-Service-Time"); v == "" || strings.Trim(v, "0123456789") != "" {
+		t.Errorf("x-envoy-upstream-service-time = %q", v)
+	}
+	resp, _ = get(t, e.url+"/direct")
+	if v, ok := resp.Header["X-Envoy-Upstream-Service-Time"]; ok {
+		t.Errorf("a direct response has x-envoy-upstream-service-time %q", v)
 	}
 }

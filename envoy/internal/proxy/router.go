@@ -63,9 +63,9 @@ func (t routerTerminal) trailers() {
 func (s *stream) matchRoute() {
 	s.route = s.l.cfg.MatchRoute(*s.reqHeaders)
 	s.routeMatched = true
-	s.info.RouteName = ""
+	s.info.RouteName, s.info.RouteMatched, s.info.RouteMetadata = "", false, nil
 	if s.route != nil {
-		s.info.RouteName = s.route.Name
+		s.info.RouteName, s.info.RouteMatched, s.info.RouteMetadata = s.route.Name, true, s.route.Metadata
 	}
 }
 

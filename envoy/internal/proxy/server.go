@@ -60,9 +60,10 @@ type listener struct {
 	nextWorker atomic.Uint64
 	streams    *sync.WaitGroup
 
-	rqTotal  httpfilter.Metric
-	rqActive httpfilter.Metric
-	rqClass  [6]httpfilter.Metric
+	rqTotal          httpfilter.Metric
+	rqActive         httpfilter.Metric
+	rqClass          [6]httpfilter.Metric
+	rqBeforeComplete httpfilter.Metric // downstream_rq_response_before_rq_complete
 }
 
 // Listen binds every listener and starts serving. It returns once all are
@@ -98,6 +99,7 @@ func Listen(opt Options) (*Server, error) {
 		pre := "http." + lc.StatPrefix + "."
 		l.rqTotal = opt.Stats.Counter(pre+"downstream_rq_total", "http.downstream_rq_total", tag)
 		l.rqActive = opt.Stats.Gauge(pre+"downstream_rq_active", "http.downstream_rq_active", tag)
+		l.rqBeforeComplete = opt.Stats.Counter(pre+"downstream_rq_response_before_rq_complete", "http.downstream_rq_response_before_rq_complete", tag)
 		for c := 1; c <= 5; c++ {
 			l.rqClass[c] = opt.Stats.Counter(pre+"downstream_rq_"+strconv.Itoa(c)+"xx", "http.downstream_rq_xx",
 				stats.Tag{Name: "envoy_response_code_class", Value: strconv.Itoa(c)}, tag)

@@ -50,6 +50,7 @@ type stream struct {
 	urgent     atomic.Bool // a local reply or reset is pending
 
 	reqBody          chan bodyEvent // client body chunks; nil when none or ignored
+	reqComplete      bool           // the whole request arrived from the client
 	declaredTrailers []string       // request trailer names announced by the client
 
 	// Router state.
@@ -125,6 +126,7 @@ func (s *stream) run() {
 	s.dec = newChain(s, false, s.filters, routerTerminal{s})
 	s.enc = newChain(s, true, s.filters, downstreamTerminal{s})
 
+	s.reqComplete = end
 	if !end {
 		for k := range s.r.Trailer { // read before the body reader may fill it
 			s.declaredTrailers = append(s.declaredTrailers, k)
@@ -302,6 +304,7 @@ func (s *stream) onRequestBody(ev bodyEvent) {
 	s.info.RequestSize += int64(len(ev.data))
 	if ev.end {
 		s.reqBody = nil
+		s.reqComplete = true
 	}
 	var trailers httpfilter.Headers
 	for k, vs := range ev.trailers {

@@ -16,9 +16,11 @@
 package stats
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +39,58 @@ type Tag struct{ Name, Value string }
 type Store struct {
 	mu      sync.Mutex
 	metrics map[string]*metric // by full stat name
+	tags    []TagSpecifier
+}
+
+// TagSpecifier is a bootstrap stats_config.stats_tags entry. With Regex,
+// its first capture group is cut from the stat name and the tag value is
+// the second group (the first when there is only one), as Envoy's
+// TagExtractorImpl does; otherwise the tag is FixedValue.
+type TagSpecifier struct {
+	Name       string
+	Regex      *regexp.Regexp
+	FixedValue string
+}
+
+// SetTagSpecifiers installs the custom tag extraction for metrics defined
+// from now on (docs/local-runtime.md). It applies to wasm metrics; the
+// built-in stats keep Envoy's default tags.
+func (s *Store) SetTagSpecifiers(specs []TagSpecifier) {
+	s.mu.Lock()
+	s.tags = specs
+	s.mu.Unlock()
+}
+
+// extractTags applies the tag specifiers to a full stat name and returns
+// the tag-extracted name and the tags.
+func extractTags(specs []TagSpecifier, name string) (string, []Tag) {
+	var tags []Tag
+	cut := make([]bool, len(name))
+	for _, sp := range specs {
+		if sp.Regex == nil {
+			tags = append(tags, Tag{sp.Name, sp.FixedValue})
+			continue
+		}
+		m := sp.Regex.FindStringSubmatchIndex(name)
+		if m == nil || len(m) < 4 || m[2] < 0 {
+			continue
+		}
+		vs, ve := m[2], m[3]
+		if len(m) >= 6 && m[4] >= 0 {
+			vs, ve = m[4], m[5]
+		}
+		tags = append(tags, Tag{sp.Name, name[vs:ve]})
+		for i := m[2]; i < m[3]; i++ {
+			cut[i] = true
+		}
+	}
+	var b strings.Builder
+	for i := range len(name) {
+		if !cut[i] {
+			b.WriteByte(name[i])
+		}
+	}
+	return b.String(), tags
 }
 
 // New returns an empty store.
@@ -49,8 +103,15 @@ var _ httpfilter.Stats = (*Store)(nil)
 // the same metric (Envoy shares stats by name across VMs).
 func (s *Store) Define(kind httpfilter.MetricKind, name string) httpfilter.Metric {
 	full := CustomNamespace + "." + name
+	s.mu.Lock()
+	specs := s.tags
+	s.mu.Unlock()
 	return s.get(full, kind, func() (string, []Tag) {
-		return sanitize(name), nil
+		if len(specs) == 0 {
+			return sanitize(name), nil
+		}
+		extracted, tags := extractTags(specs, full)
+		return sanitize(strings.TrimPrefix(extracted, CustomNamespace+".")), tags
 	})
 }
 
@@ -96,9 +157,11 @@ type metric struct {
 	value      atomic.Int64 // counter/gauge value; histogram count
 	sum        atomic.Int64 // histogram sum
 	buckets    []atomic.Int64
+	used       atomic.Bool // written at least once (/stats?usedonly)
 }
 
 func (m *metric) Add(delta int64) {
+	m.used.Store(true)
 	if m.kind == httpfilter.MetricCounter && delta < 0 {
 		return // counters only go up
 	}
@@ -110,6 +173,7 @@ func (m *metric) Add(delta int64) {
 }
 
 func (m *metric) Set(v int64) {
+	m.used.Store(true)
 	switch m.kind {
 	case httpfilter.MetricHistogram:
 		m.value.Add(1)
@@ -211,19 +275,110 @@ func kindName(k httpfilter.MetricKind) string {
 	return "histogram"
 }
 
-// WriteText renders the plain /stats page: "name: value" sorted by name;
-// histograms show count and sum.
-func (s *Store) WriteText(w io.Writer) error {
+// TextOptions are /stats query parameters: filter (a regex on the stat
+// name) and usedonly (stats never written are left out).
+type TextOptions struct {
+	Filter   *regexp.Regexp
+	UsedOnly bool
+}
+
+func (o TextOptions) keep(m *metric) bool {
+	if o.Filter != nil && !o.Filter.MatchString(m.name) {
+		return false
+	}
+	return !o.UsedOnly || m.used.Load()
+}
+
+// Envoy's supported quantiles, in /stats order.
+var quantiles = []float64{0, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100}
+
+// WriteText renders the plain /stats page as Envoy does: counters and
+// gauges as "name: value" sorted by name, then histograms as
+// "name: P0(interval,cumulative) P25(…) …" or "No recorded values".
+// Quantiles are estimated from the bucket bounds (Envoy's own histogram
+// is finer); there is no flush interval here, so interval = cumulative.
+func (s *Store) WriteText(w io.Writer, opt TextOptions) error {
 	var b strings.Builder
-	for _, m := range s.snapshot() {
-		if m.kind == httpfilter.MetricHistogram {
-			fmt.Fprintf(&b, "%s: count=%d sum=%d\n", m.name, m.value.Load(), m.sum.Load())
+	all := s.snapshot()
+	for _, m := range all {
+		if m.kind != httpfilter.MetricHistogram && opt.keep(m) {
+			fmt.Fprintf(&b, "%s: %d\n", m.name, m.value.Load())
+		}
+	}
+	for _, m := range all {
+		if m.kind != httpfilter.MetricHistogram || !opt.keep(m) {
 			continue
 		}
-		fmt.Fprintf(&b, "%s: %d\n", m.name, m.value.Load())
+		if m.value.Load() == 0 {
+			fmt.Fprintf(&b, "%s: No recorded values\n", m.name)
+			continue
+		}
+		parts := make([]string, len(quantiles))
+		for i, q := range quantiles {
+			v := formatFloat(m.quantile(q / 100))
+			parts[i] = fmt.Sprintf("P%s(%s,%s)", formatFloat(q), v, v)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", m.name, strings.Join(parts, " "))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// WriteJSON renders /stats?format=json: {"stats":[{"name","value"}…,
+// {"histograms":{supported_quantiles, computed_quantiles}}]}.
+func (s *Store) WriteJSON(w io.Writer, opt TextOptions) error {
+	type qv struct {
+		Interval   *float64 `json:"interval"`
+		Cumulative *float64 `json:"cumulative"`
+	}
+	type cq struct {
+		Name   string `json:"name"`
+		Values []qv   `json:"values"`
+	}
+	var out []any
+	var hists []cq
+	for _, m := range s.snapshot() {
+		if !opt.keep(m) {
+			continue
+		}
+		if m.kind != httpfilter.MetricHistogram {
+			out = append(out, map[string]any{"name": m.name, "value": m.value.Load()})
+			continue
+		}
+		h := cq{Name: m.name}
+		for _, q := range quantiles {
+			var v qv // null when nothing was recorded, as Envoy writes it
+			if m.value.Load() > 0 {
+				f := m.quantile(q / 100)
+				v = qv{&f, &f}
+			}
+			h.Values = append(h.Values, v)
+		}
+		hists = append(hists, h)
+	}
+	if hists != nil {
+		out = append(out, map[string]any{"histograms": map[string]any{"supported_quantiles": quantiles, "computed_quantiles": hists}})
+	}
+	if out == nil {
+		out = []any{}
+	}
+	return json.NewEncoder(w).Encode(map[string]any{"stats": out})
+}
+
+// quantile estimates the q-th quantile (0..1) as the upper bound of the
+// bucket where the cumulative count reaches q·count.
+func (m *metric) quantile(q float64) float64 {
+	count := m.value.Load()
+	want := int64(math.Ceil(q * float64(count)))
+	if want < 1 {
+		want = 1
+	}
+	for i, bound := range defaultBuckets {
+		if m.buckets[i].Load() >= want {
+			return bound
+		}
+	}
+	return defaultBuckets[len(defaultBuckets)-1]
 }
 
 // sanitize maps a stat name to Prometheus' alphabet as Envoy does: every

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -53,12 +54,43 @@ func TestPrometheusNamesLikeEnvoy(t *testing.T) {
 		t.Error("order must be counters, gauges, histograms")
 	}
 
+}
+
+// TestTextLikeEnvoy: /stats lists counters and gauges by name, then
+// histograms with quantiles; filter and usedonly narrow it.
+func TestTextLikeEnvoy(t *testing.T) {
+	s := New()
+	s.Define(httpfilter.MetricCounter, "chime.requests-total").Add(3)
+	s.Counter("http.main.downstream_rq_total", "http.downstream_rq_total").Add(4)
+	s.Counter("cluster.a.upstream_rq_timeout", "cluster.upstream_rq_timeout") // never written
+	h := s.Define(httpfilter.MetricHistogram, "chime_latency_ms")
+	h.Set(3)
+	h.Set(700)
+	s.Define(httpfilter.MetricHistogram, "idle_ms")
+
+	var b strings.Builder
+	_ = s.WriteText(&b, TextOptions{})
+	want := "cluster.a.upstream_rq_timeout: 0\n" +
+		"http.main.downstream_rq_total: 4\n" +
+		"wasmcustom.chime.requests-total: 3\n" +
+		"wasmcustom.chime_latency_ms: P0(5,5) P25(5,5) P50(5,5) P75(1000,1000) P90(1000,1000) P95(1000,1000) P99(1000,1000) P99.5(1000,1000) P99.9(1000,1000) P100(1000,1000)\n" +
+		"wasmcustom.idle_ms: No recorded values\n"
+	if b.String() != want {
+		t.Errorf("/stats:\n%s\nwant:\n%s", b.String(), want)
+	}
+
 	b.Reset()
-	_ = s.WriteText(&b)
-	for _, want := range []string{"wasmcustom.chime.requests-total: 3\n", "http.main.downstream_rq_total: 4\n", "wasmcustom.chime_latency_ms: count=2 sum=703\n"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("missing %q in /stats:\n%s", want, b.String())
-		}
+	_ = s.WriteText(&b, TextOptions{UsedOnly: true, Filter: regexp.MustCompile(`^(cluster|wasmcustom\.chime)`)})
+	want = "wasmcustom.chime.requests-total: 3\n" +
+		"wasmcustom.chime_latency_ms: P0(5,5) P25(5,5) P50(5,5) P75(1000,1000) P90(1000,1000) P95(1000,1000) P99(1000,1000) P99.5(1000,1000) P99.9(1000,1000) P100(1000,1000)\n"
+	if b.String() != want {
+		t.Errorf("/stats?usedonly&filter:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	_ = s.WriteJSON(&b, TextOptions{Filter: regexp.MustCompile(`requests|idle`)})
+	if got := strings.TrimSpace(b.String()); got != `{"stats":[{"name":"wasmcustom.chime.requests-total","value":3},{"histograms":{"computed_quantiles":[{"name":"wasmcustom.idle_ms","values":[{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null},{"interval":null,"cumulative":null}]}],"supported_quantiles":[0,25,50,75,90,95,99,99.5,99.9,100]}}]}` {
+		t.Errorf("/stats?format=json: %s", got)
 	}
 }
 
@@ -66,5 +98,39 @@ func BenchmarkCounterAdd(b *testing.B) {
 	c := New().Define(httpfilter.MetricCounter, "c")
 	for b.Loop() {
 		c.Add(1)
+	}
+}
+
+// TestStatsTagsLikeEnvoy: stats_config.stats_tags on wasm metrics. The
+// first capture group is cut from the name, the second (else the first)
+// is the value; series of one tag-extracted name share a TYPE line.
+func TestStatsTagsLikeEnvoy(t *testing.T) {
+	s := New()
+	s.SetTagSpecifiers([]TagSpecifier{
+		{Name: "route", Regex: regexp.MustCompile(`(\.route=([a-z]+))`)},
+		{Name: "kind", Regex: regexp.MustCompile(`^wasmcustom\.((chat|embed)_)`)},
+		{Name: "env", FixedValue: "dev"},
+	})
+	s.Define(httpfilter.MetricCounter, "chat_requests.route=fast").Add(2)
+	s.Define(httpfilter.MetricCounter, "chat_requests.route=slow").Add(5)
+	s.Define(httpfilter.MetricCounter, "plain").Add(1)
+	var b strings.Builder
+	_ = s.WritePrometheus(&b)
+	out := b.String()
+	for _, want := range []string{
+		"# TYPE requests counter\nrequests{route=\"fast\",kind=\"chat\",env=\"dev\"} 2\nrequests{route=\"slow\",kind=\"chat\",env=\"dev\"} 5\n",
+		"plain{env=\"dev\"} 1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "# TYPE requests ") != 1 {
+		t.Errorf("one TYPE line per extracted name:\n%s", out)
+	}
+	b.Reset()
+	_ = s.WriteText(&b, TextOptions{})
+	if !strings.Contains(b.String(), "wasmcustom.chat_requests.route=fast: 2\n") {
+		t.Errorf("/stats keeps the full names:\n%s", b.String())
 	}
 }

@@ -186,10 +186,33 @@ func (vm *vmInstance) effective() *stream {
 
 // --- logging ------------------------------------------------------------
 
+// The slog levels of Envoy's trace and critical, which slog lacks;
+// LevelName renders them with Envoy's names.
+const (
+	LevelTrace    = slog.LevelDebug - 4
+	LevelCritical = slog.LevelError + 4
+)
+
+// LevelName is a slog.HandlerOptions.ReplaceAttr that names LevelTrace
+// and LevelCritical as Envoy does ("TRACE", "CRITICAL") instead of
+// "DEBUG-4" and "ERROR+4".
+func LevelName(_ []string, a slog.Attr) slog.Attr {
+	if a.Key != slog.LevelKey {
+		return a
+	}
+	switch l, _ := a.Value.Any().(slog.Level); l {
+	case LevelTrace:
+		a.Value = slog.StringValue("TRACE")
+	case LevelCritical:
+		a.Value = slog.StringValue("CRITICAL")
+	}
+	return a
+}
+
 func slogLevel(level abi.LogLevel) slog.Level {
 	switch level {
 	case abi.LogLevelTrace:
-		return slog.LevelDebug - 4
+		return LevelTrace
 	case abi.LogLevelDebug:
 		return slog.LevelDebug
 	case abi.LogLevelInfo:
@@ -199,12 +222,26 @@ func slogLevel(level abi.LogLevel) slog.Level {
 	case abi.LogLevelError:
 		return slog.LevelError
 	default:
-		return slog.LevelError + 4
+		return LevelCritical
 	}
 }
 
+// log writes a guest line the way Envoy's Context::log does: "wasm log",
+// the plugin's log prefix (name, root_id, vm_id, each when set), ": " and
+// the message as the guest gave it.
 func (vm *vmInstance) log(ctx context.Context, level abi.LogLevel, msg string) {
-	vm.f.logger.Log(ctx, slogLevel(level), msg, "source", "wasm")
+	vm.f.logger.Log(ctx, slogLevel(level), "wasm log"+vm.f.logPrefix+": "+msg, "source", "wasm")
+}
+
+// envoyLogPrefix is PluginBase::makeLogPrefix.
+func envoyLogPrefix(cfg httpfilter.WasmConfig) string {
+	var b strings.Builder
+	for _, s := range []string{cfg.PluginName, cfg.RootID, cfg.VMID} {
+		if s != "" {
+			b.WriteString(" " + s)
+		}
+	}
+	return b.String()
 }
 
 // logLevel is the lowest proxy-wasm level the host logger records.
@@ -318,6 +355,9 @@ func hostSetProperty(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	s := vm.effective()
 	if s == nil {
 		return abi.StatusNotFound // no stream info on the root context
+	}
+	if _, set := s.props[path]; set && vm.declared[path].readonly {
+		return abi.StatusBadArgument // a readonly declared property is set once
 	}
 	if s.props == nil {
 		s.props = map[string][]byte{}
@@ -944,15 +984,6 @@ func hostSetEffectiveContext(vm *vmInstance, _ context.Context, a []uint32) abi.
 	}
 	vm.cur.effective = a[0]
 	return abi.StatusOK
-}
-
-func hostCallForeign(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
-	_, ok1 := vm.read(a[0], a[1])
-	_, ok2 := vm.read(a[2], a[3])
-	if !ok1 || !ok2 {
-		return abi.StatusInvalidMemoryAccess
-	}
-	return abi.StatusNotFound
 }
 
 // hostContinueStream defers Continue{De,En}coding until the VM call

@@ -1,11 +1,13 @@
 package wasmhost
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -383,7 +385,8 @@ func TestProperties(t *testing.T) {
 	fs.req.Set(":path", "/v1/chat?x=1#f")
 	start := time.Unix(1700000000, 5)
 	fs.info = httpfilter.StreamInfo{StartTime: start, Protocol: "HTTP/1.1", SourceAddress: "10.1.2.3:5555",
-		DestinationAddr: "127.0.0.1:10000", ConnectionID: 42, RouteName: "r1", ClusterName: "llm", RequestSize: 3}
+		DestinationAddr: "127.0.0.1:10000", ConnectionID: 42, RouteName: "r1", ClusterName: "llm", RequestSize: 3,
+		RouteMatched: true, RouteMetadata: []byte("\x0a\x02md")}
 	s.DecodeHeaders(&fs.req, false)
 	headerBytes := 0
 	for _, e := range fs.req {
@@ -420,6 +423,8 @@ func TestProperties(t *testing.T) {
 		"xds.cluster_name":      "0 " + hexs("llm"),
 		"xds.route_name":        "0 " + hexs("r1"),
 		"route_name":            "0 " + hexs("r1"),
+		"xds.route_metadata":    "0 " + hexs("\x0a\x02md"),
+		"route_metadata":        "0 " + hexs("\x0a\x02md"),
 		"cluster_name":          "0 " + hexs("llm"),
 		"listener_direction":    "0 " + le64(0),
 		"no.such":               "1 ",
@@ -458,6 +463,12 @@ func TestProperties(t *testing.T) {
 	h.logs.expect(t, "prop log request.path 0 "+hexs("/v1/chat?x=1#f"))
 	h.logs.expect(t, "prop log response.code_details 0 "+hexs("via_upstream"))
 	h.logs.expect(t, "prop log response.size 0 "+le64(77))
+
+	// Before a route is picked there is no route metadata.
+	s2, fs2 := h.stream(0)
+	s2.DecodeHeaders(&fs2.req, true)
+	h.logs.expect(t, "prop req xds.route_metadata 1 ")
+	s2.OnStreamComplete()
 }
 
 func TestLogLevels(t *testing.T) {
@@ -708,10 +719,20 @@ func TestModuleRejected(t *testing.T) {
 	}
 }
 
+// TestLatestProfileHasExtraWASI: envoy-1.39 (and envoy-latest, its alias)
+// link the full WASI set Envoy 1.39.0 added; envoy-1.38 refuses it
+// (TestModuleRejected).
 func TestLatestProfileHasExtraWASI(t *testing.T) {
-	h := newHarness(t, "", withCode("wasiextra"), withProfile(ProfileEnvoyLatest))
-	h.logs.expect(t, "filestat 8") // EBADF
-	h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
+	for _, p := range []string{ProfileEnvoy139, ProfileEnvoyLatest} {
+		t.Run(p, func(t *testing.T) {
+			h := newHarness(t, "", withCode("wasiextra"), withProfile(p))
+			h.logs.expect(t, "filestat 8") // EBADF
+			h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
+			if h.f.profile != ProfileEnvoy139 {
+				t.Errorf("profile %q, want the alias resolved to %q", h.f.profile, ProfileEnvoy139)
+			}
+		})
+	}
 }
 
 func TestCompilationCacheDir(t *testing.T) {
@@ -771,6 +792,9 @@ func TestStdioAndEnv(t *testing.T) {
 	if l, ok := levels["to stdout"]; !ok || l != slog.LevelInfo {
 		t.Errorf("stdout line: present=%v level=%v", ok, l)
 	}
+	if l, ok := levels["line one\nline two"]; !ok || l != slog.LevelError {
+		t.Errorf("a multi-line stderr write must stay one entry (only its last newline trimmed): present=%v level=%v", ok, l)
+	}
 
 	cfg, env, logs, _, _, _ := testConfig(t, "env")
 	cfg.EnvVars = map[string]string{"CHIME_TEST": "hello", "OTHER": "x"}
@@ -791,4 +815,126 @@ func TestClosedFactory(t *testing.T) {
 	if _, err := h.f.NewFilter(newFakeStream(nil, 0)); err == nil {
 		t.Error("NewFilter on a closed factory must fail")
 	}
+}
+
+// TestForeignFunctions: Envoy's clear_route_cache, compress/uncompress
+// (zlib) and declare_property; an unknown name is NotFound (docs/local-runtime.md).
+func TestForeignFunctions(t *testing.T) {
+	h := newHarness(t, "foreign")
+	h.logs.expect(t, "f_declare 0")
+	h.logs.expect(t, "f_declare_again 2")
+	h.logs.expect(t, "f_declare_bad 2")
+	s, fs := h.stream(0)
+	s.DecodeHeaders(&fs.req, true)
+	for _, l := range []string{
+		"f_clear_route_cache 0",
+		"f_compress 0 789c", // a zlib stream, default compression
+		"f_uncompress 0 hello hello hello hello",
+		"f_uncompress_bad 3",
+		"f_declare_stream 0",
+		"f_set_stream_prop 0 0",
+		"f_set_ro 0",
+		"f_set_ro_again 2", // a readonly declared property is set once
+		"f_get_ro 0 first",
+		"f_set_rw 0 0",
+		"f_unknown 1",
+	} {
+		h.logs.expect(t, l)
+	}
+	fs.mu.Lock()
+	clears := fs.routeClears
+	fs.mu.Unlock()
+	if clears != 1 {
+		t.Errorf("clear_route_cache cleared the route cache %d times, want 1", clears)
+	}
+	s.OnStreamComplete()
+}
+
+// TestAllowOnHeadersStopIteration: with the plugin flag, PAUSE from request
+// headers is StopIteration, so the body still arrives; without it, stop-all.
+func TestAllowOnHeadersStopIteration(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		h := newHarness(t, "routebody", func(c *httpfilter.WasmConfig, _ *httpfilter.Env) { c.AllowOnHeadersStopIteration = allow })
+		s, fs := h.stream(0)
+		want := httpfilter.HeadersStopAll
+		if allow {
+			want = httpfilter.HeadersStopIteration
+		}
+		if st := s.DecodeHeaders(&fs.req, false); st != want {
+			t.Fatalf("allow=%v: PAUSE from headers = %v, want %v", allow, st, want)
+		}
+		if !allow {
+			s.OnStreamComplete()
+			continue
+		}
+		if st := s.DecodeData(&httpfilter.Buffer{Bytes: []byte("route=fast please")}, true); st != httpfilter.DataContinue {
+			t.Fatalf("body = %v", st)
+		}
+		if v, _ := fs.req.Get("x-route"); v != "fast" {
+			t.Errorf("the held headers were not editable from the body callback: %v", fs.req)
+		}
+		h.logs.expect(t, "route_header 0")
+		h.logs.expect(t, "clear_route_cache 0")
+		s.OnStreamComplete()
+	}
+}
+
+// TestEnvoyLogFormat: guest lines read "wasm log <name> <root_id> <vm_id>:
+// <message>" as Envoy's Context::log writes them (empty parts left out),
+// and LevelName names trace and critical as Envoy does.
+func TestEnvoyLogFormat(t *testing.T) {
+	h := newHarness(t, "loglevel")
+	s, fs := h.stream(0)
+	s.DecodeHeaders(&fs.req, true)
+	s.OnStreamComplete()
+	want := "wasm log conformance-plugin conformance-root vm-TestEnvoyLogFormat: level-5"
+	h.logs.mu.Lock()
+	raw := append([]string(nil), h.logs.raw...)
+	h.logs.mu.Unlock()
+	if !slices.Contains(raw, want) {
+		t.Errorf("no %q among:\n%s", want, strings.Join(raw, "\n"))
+	}
+	if got := envoyLogPrefix(httpfilter.WasmConfig{PluginName: "p", VMID: "v"}); got != " p v" {
+		t.Errorf("prefix without root_id = %q", got)
+	}
+
+	var b strings.Builder
+	l := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: LevelTrace, ReplaceAttr: LevelName}))
+	l.Log(context.Background(), LevelCritical, "c")
+	l.Log(context.Background(), LevelTrace, "t")
+	l.Info("i")
+	if out := b.String(); !strings.Contains(out, "level=CRITICAL msg=c") || !strings.Contains(out, "level=TRACE msg=t") || !strings.Contains(out, "level=INFO msg=i") {
+		t.Errorf("level names:\n%s", out)
+	}
+}
+
+// TestHeldUntilStarted: with Env.HoldUntilStarted, a tick period set in
+// on_configure and an http_call dispatched before Start wait until Start
+// (the runtime calls it once the listeners are bound, as Envoy's workers
+// start after init), then run.
+func TestHeldUntilStarted(t *testing.T) {
+	hold := func(_ *httpfilter.WasmConfig, e *httpfilter.Env) { e.HoldUntilStarted = true }
+	h := newHarness(t, "tick 5", hold)
+	h.logs.expect(t, "set_tick 0")
+	time.Sleep(40 * time.Millisecond) // real time under test: 8 tick periods must pass without a tick
+	if n := h.logs.count("tick 1 "); n != 0 {
+		t.Fatalf("%d ticks before Start", n)
+	}
+	h.f.Start()
+	h.logs.wait(t, "tick 1 1")
+
+	hc := newHarness(t, "httpcall upstream 1500 ok", hold)
+	s, fs := hc.stream(0)
+	s.DecodeHeaders(&fs.req, false)
+	hc.logs.expect(t, "http_call 0 4")
+	time.Sleep(20 * time.Millisecond) // real time under test: the held call must not go out
+	if n := len(hc.clusters.recorded()); n != 0 {
+		t.Fatalf("%d calls dispatched before Start", n)
+	}
+	hc.f.Start()
+	waitFor(t, "continue", func() bool { _, c, _, _ := fs.snapshot(); return c == 1 })
+	if n := len(hc.clusters.recorded()); n != 1 {
+		t.Errorf("%d calls after Start, want 1", n)
+	}
+	s.OnStreamComplete()
 }

@@ -32,7 +32,11 @@ import (
 
 // WASI profile names (httpfilter.Env.WASIProfile).
 const (
-	ProfileEnvoy138    = "envoy-1.38"
+	ProfileEnvoy138 = "envoy-1.38"
+	// ProfileEnvoy139 is Envoy 1.39.0: the full WASI set added for the Go
+	// SDK, poll_oneoff included.
+	ProfileEnvoy139 = "envoy-1.39"
+	// ProfileEnvoyLatest is an alias of the newest profile, ProfileEnvoy139.
 	ProfileEnvoyLatest = "envoy-latest"
 )
 
@@ -78,11 +82,17 @@ type Factory struct {
 	profile string
 	rtCfg   wazero.RuntimeConfig
 	logger  *slog.Logger
-	envVars []string // "K=V", sorted
+	// logPrefix is Envoy's plugin log prefix (" name root_id vm_id").
+	logPrefix string
+	envVars   []string // "K=V", sorted
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	closed atomic.Bool
+	// started is closed by Start (at once without Env.HoldUntilStarted):
+	// ticks and http_call dispatches wait for it.
+	started   chan struct{}
+	startOnce sync.Once
 
 	slots  []*workerSlot
 	codeRT wazero.Runtime // owns the factory's reference to the compiled code
@@ -121,8 +131,12 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 	if profile == "" {
 		profile = ProfileEnvoy138
 	}
-	if profile != ProfileEnvoy138 && profile != ProfileEnvoyLatest {
-		return nil, fmt.Errorf("wasm: unknown WASI profile %q (want %q or %q)", profile, ProfileEnvoy138, ProfileEnvoyLatest)
+	switch profile {
+	case ProfileEnvoy138, ProfileEnvoy139:
+	case ProfileEnvoyLatest:
+		profile = ProfileEnvoy139
+	default:
+		return nil, fmt.Errorf("wasm: unknown WASI profile %q (want %q, %q or %q)", profile, ProfileEnvoy138, ProfileEnvoy139, ProfileEnvoyLatest)
 	}
 	workers := env.Workers
 	if workers <= 0 {
@@ -138,11 +152,12 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 		return nil, err
 	}
 	f := &Factory{
-		cfg:     cfg,
-		env:     env,
-		code:    code,
-		profile: profile,
-		logger:  logger,
+		cfg:       cfg,
+		env:       env,
+		code:      code,
+		profile:   profile,
+		logger:    logger,
+		logPrefix: envoyLogPrefix(cfg),
 		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
 		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
 		// memory.grow copies the whole linear memory, which showed as 30 ms
@@ -162,6 +177,10 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 	}
 	// From here on Close releases what validate kept.
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.started = make(chan struct{})
+	if !env.HoldUntilStarted {
+		f.Start()
+	}
 	shared.acquire(cfg.VMID)
 	f.slots = make([]*workerSlot, workers)
 	for i := range f.slots {
@@ -325,3 +344,19 @@ func (f *Factory) Close() error {
 // Instantiations reports how many VM instances this factory has created
 // (workers plus replacements after faults).
 func (f *Factory) Instantiations() int64 { return f.instantiations.Load() }
+
+// Start releases the ticks and http_calls held since the VMs started
+// (Env.HoldUntilStarted). It is idempotent.
+func (f *Factory) Start() { f.startOnce.Do(func() { close(f.started) }) }
+
+// waitStarted blocks until Start, the factory's close or stop; it reports
+// whether the factory started.
+func (f *Factory) waitStarted(stop <-chan struct{}) bool {
+	select {
+	case <-f.started:
+		return true
+	case <-f.ctx.Done():
+	case <-stop:
+	}
+	return false
+}

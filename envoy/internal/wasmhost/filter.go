@@ -33,7 +33,8 @@ type stream struct {
 	bufferingReq, bufferingResp                        bool
 	accessLogPhase                                     bool
 
-	props map[string][]byte // set_property values (Envoy filter state "wasm.<path>")
+	props    map[string][]byte           // set_property values (Envoy filter state "wasm.<path>")
+	declared map[string]declaredProperty // declare_property called on this stream context
 }
 
 func newStream(f *Factory, vm *vmInstance, cb httpfilter.Callbacks) *stream {
@@ -150,13 +151,20 @@ func b2u(b bool) uint64 {
 
 // headersStatus maps a headers callback result as
 // convertVmCallResultToFilterHeadersStatus does for ABI 0.2.x: Continue (0)
-// and ContinueAndEndStream (2) continue; PAUSE (1, StopIteration) and
-// anything else stop all iteration; a local reply stops too.
-func headersStatus(v uint64, stop bool) httpfilter.HeadersStatus {
-	if stop || (uint32(v) != 0 && uint32(v) != 2) {
+// and ContinueAndEndStream (2) continue; PAUSE (1, StopIteration) stops
+// all iteration unless the plugin sets allow_on_headers_stop_iteration,
+// which keeps it StopIteration (docs/local-runtime.md); anything else stops all; a
+// local reply stops too.
+func headersStatus(v uint64, stop, allowStopIteration bool) httpfilter.HeadersStatus {
+	switch {
+	case stop:
 		return httpfilter.HeadersStopAll
+	case uint32(v) == 0 || uint32(v) == 2:
+		return httpfilter.HeadersContinue
+	case uint32(v) == 1 && allowStopIteration:
+		return httpfilter.HeadersStopIteration
 	}
-	return httpfilter.HeadersContinue
+	return httpfilter.HeadersStopAll
 }
 
 // dataStatus: 0 Continue, 1 StopIterationAndBuffer, 2 StopIterationAndWatermark
@@ -218,7 +226,7 @@ func (s *stream) headersCallback(fn api.Function, slot **httpfilter.Headers, h *
 		*slot = nil
 		return httpfilter.HeadersContinue
 	}
-	st := headersStatus(v, stop)
+	st := headersStatus(v, stop, s.f.cfg.AllowOnHeadersStopIteration)
 	if st == httpfilter.HeadersContinue {
 		*slot = nil
 	}

@@ -51,7 +51,8 @@ type logRecord struct {
 type logSink struct {
 	mu      sync.Mutex
 	min     slog.Level
-	records []logRecord
+	records []logRecord // guest messages, Envoy's "wasm log …: " prefix removed
+	raw     []string    // the log messages as written
 	events  *eventLog
 }
 
@@ -69,16 +70,28 @@ func (h sinkHandler) Handle(_ context.Context, r slog.Record) error {
 	if src != "wasm" {
 		return nil
 	}
+	msg := guestMessage(r.Message)
 	h.s.mu.Lock()
-	h.s.records = append(h.s.records, logRecord{r.Level, r.Message})
+	h.s.records = append(h.s.records, logRecord{r.Level, msg})
+	h.s.raw = append(h.s.raw, r.Message)
 	h.s.mu.Unlock()
 	if h.s.events != nil {
-		h.s.events.add("log:" + r.Message)
+		h.s.events.add("log:" + msg)
 	}
 	return nil
 }
 func (h sinkHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h sinkHandler) WithGroup(string) slog.Handler      { return h }
+
+// guestMessage strips Envoy's "wasm log <prefix>: " from a guest line.
+func guestMessage(m string) string {
+	if rest, ok := strings.CutPrefix(m, "wasm log"); ok {
+		if _, msg, ok := strings.Cut(rest, ": "); ok {
+			return msg
+		}
+	}
+	return m
+}
+func (h sinkHandler) WithGroup(string) slog.Handler { return h }
 
 func (s *logSink) lines() []string {
 	s.mu.Lock()

@@ -107,6 +107,7 @@ var pluginProperties = map[string]propFunc{
 	"cluster_name":       preXDS,
 	"route_name":         preXDS,
 	"listener_direction": preXDS,
+	"route_metadata":     preXDS,
 }
 
 func preXDS(q propQuery) ([]byte, abi.Status) { return q.vm.xdsProperty(q.s, q.top, q.rest) }
@@ -336,6 +337,11 @@ var xdsStreamProperties = map[string]func(*httpfilter.StreamInfo) ([]byte, abi.S
 	},
 	"route_name": func(i *httpfilter.StreamInfo) ([]byte, abi.Status) {
 		return found([]byte(i.RouteName), i.RouteName != "")
+	},
+	// The picked route's metadata (serialized core.v3.Metadata, empty when
+	// the route has none); NOT_FOUND before a route is picked.
+	"route_metadata": func(i *httpfilter.StreamInfo) ([]byte, abi.Status) {
+		return found(append([]byte{}, i.RouteMetadata...), i.RouteMatched)
 	},
 	// UNSPECIFIED: listeners here carry no direction.
 	"listener_direction": func(*httpfilter.StreamInfo) ([]byte, abi.Status) { return propInt(0), abi.StatusOK },

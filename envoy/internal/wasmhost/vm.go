@@ -52,6 +52,7 @@ type vmInstance struct {
 	callStatus   uint32                   // proxy_get_status
 	callMessage  string
 
+	declared                                map[string]declaredProperty // declare_property
 	metrics                                 map[uint32]httpfilter.Metric
 	nextCounter, nextGauge, nextHistogram   uint32
 	tickStop                                chan struct{}
@@ -295,6 +296,9 @@ func (vm *vmInstance) setTick(period time.Duration) {
 	stop := make(chan struct{})
 	vm.tickStop = stop
 	go func() {
+		if !vm.f.waitStarted(stop) {
+			return
+		}
 		t := time.NewTimer(period)
 		defer t.Stop()
 		for {
@@ -350,7 +354,12 @@ func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers htt
 		defer cancel()
 		var resp *httpfilter.CallResponse
 		err := errors.New("no cluster manager")
-		if caller != nil {
+		if !vm.f.waitStarted(ctx.Done()) {
+			err = ctx.Err() // closed, or timed out before the listeners were bound
+			if err == nil {
+				err = context.Canceled
+			}
+		} else if caller != nil {
 			resp, err = caller.Call(ctx, cluster, headers, body, trailers, timeout)
 		}
 		if err == nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -25,19 +25,20 @@ import (
 // "add all wasi hostcalls used by Go SDK" change (the host Envoy 1.33-1.38
 // ship), where poll_oneoff answers ENOSYS (52).
 //
-// envoy-latest: that change's full list, and poll_oneoff really waits on
+// envoy-1.39 (and its alias envoy-latest): that change's full list, as
+// Envoy 1.39.0 ships it, and poll_oneoff really waits on
 // clock subscriptions (cpp-host HEAD only reports zero events; sleeping is
 // what a Go guest's time.Sleep needs), giving up when the call's context
 // or the factory is cancelled.
 func wasiFunctions(profile string) []hostFunc {
-	if profile != ProfileEnvoyLatest {
+	if profile != ProfileEnvoy139 {
 		return bindAll(abi.WASIEnvoy138, wasiHandlers(false))
 	}
 	return bindAll(abi.WASIFull, wasiHandlers(true))
 }
 
 // wasiHandlers implements every function of abi.WASIFull; full selects
-// the envoy-latest poll_oneoff.
+// the envoy-1.39 poll_oneoff.
 func wasiHandlers(full bool) map[string]handler {
 	poll := handler{words: errnoConst(errnoNosys)}
 	if full {
@@ -88,7 +89,7 @@ func wasiHandlers(full bool) map[string]handler {
 		"fd_prestat_get":      {words: errnoConst(errnoBadf), allowedInStart: true},
 		"fd_prestat_dir_name": {words: errnoConst(errnoNosys), allowedInStart: true},
 
-		// envoy-latest only
+		// envoy-1.39 only
 		"fd_filestat_get":   {raw: rawErrno(errnoBadf)},
 		"path_filestat_get": {raw: rawErrno(errnoNotsup)},
 		"clock_res_get": {words: func(vm *vmInstance, _ context.Context, a []uint32) uint32 {
@@ -271,7 +272,7 @@ func wasiRandomGet(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 	return errnoSuccess
 }
 
-// wasiPollOneoff (envoy-latest) waits for the earliest clock subscription
+// wasiPollOneoff (envoy-1.39) waits for the earliest clock subscription
 // and reports every clock subscription due by then; fd subscriptions get an
 // immediate BADF event (there are no readable files). The wait ends early
 // when the calling stream or the factory is cancelled: the call is then

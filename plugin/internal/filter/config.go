@@ -42,6 +42,12 @@ type Config struct {
 	// family name (docs/configuration.md): "clock" and "timers", both on
 	// when absent. The host may still leave a family out.
 	Tools map[string]bool `json:"tools"`
+	// AllowOnHeadersStopIteration must match the wasm PluginConfig field of
+	// the same name (Envoy ≥ 1.35). When true the filter holds request
+	// headers until the body is read, so a route directive routes the
+	// request that carries it (docs/directives.md#routing); when false it routes from
+	// the next request on. Set without the Envoy flag, requests would hang.
+	AllowOnHeadersStopIteration bool `json:"allowOnHeadersStopIteration"`
 }
 
 // ToolFamilies maps each server-tool family of the plugin configuration to
@@ -153,7 +159,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
-		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs", "tools"}
+		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs", "tools", "allowOnHeadersStopIteration"}
 }
 
 func (c Config) validate() error {

@@ -60,6 +60,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		return
 	}
 	h.mayContinue = ans.MayContinue
+	h.routeFromAnswer(ans.Route)
 	delivered := h.rewrite(&ans)
 	if ans.Reserved {
 		if delivered {

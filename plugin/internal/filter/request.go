@@ -40,6 +40,7 @@ type httpContext struct {
 	reentry        string      // the listener address, for followups (docs/architecture.md)
 	requestHeaders [][2]string // the client's, for followupHeaders
 	sessionID      string
+	pinnedRoute    string // the session's pinned route as this request knows it (route.go)
 	streaming      bool   // the client asked for SSE
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
@@ -130,6 +131,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		// No body: nothing to parse or edit (docs/failures.md#failure-table body).
 		h.bodyDone = true
 		h.forwardMalformed("empty body")
+	}
+	if h.routeAtHeaders(endOfStream) {
+		// StopIteration (allowOnHeadersStopIteration): the body still
+		// arrives; the headers go on when the request resumes.
+		return proxywasm.ActionPause
 	}
 	return proxywasm.ActionContinue
 }

@@ -278,7 +278,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 		Protocol:    h.protocol.String(),
 		Path:        h.path,
 		Reentry:     h.reentry,
-		Headers:     followupHeaders(h.requestHeaders),
+		Headers:     h.followupHeaders(),
 		Request:     json.RawMessage("null"),
 		Turn:        r.orig,
 		ServerTools: h.serverTools,

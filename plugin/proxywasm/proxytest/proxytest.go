@@ -104,6 +104,7 @@ type Host struct {
 	queues     map[string]uint32
 	queueItems map[uint32][][]byte
 	metrics    []metric
+	foreign    []string // foreign function calls by name, in order
 }
 
 type sharedValue struct {
@@ -265,6 +266,9 @@ func (h *Host) Tick() {
 
 // TickPeriod is the last period set by the guest.
 func (h *Host) TickPeriod() uint32 { return h.tickPeriod }
+
+// ForeignCalls returns the names of the foreign functions called, in order.
+func (h *Host) ForeignCalls() []string { return slices.Clone(h.foreign) }
 
 // GetHttpCalls returns the HTTP calls dispatched so far.
 func (h *Host) GetHttpCalls() []HttpCall { return slices.Clone(h.calls) }
@@ -719,7 +723,13 @@ func (h *abiHost) SetEffectiveContext(id uint32) abi.Status {
 
 func (h *abiHost) Done() abi.Status { return abi.StatusOK }
 
+// CallForeignFunction records the call; clear_route_cache answers Ok, as
+// Envoy's does, any other name NotFound.
 func (h *abiHost) CallForeignFunction(name string, _ []byte) ([]byte, abi.Status) {
+	h.foreign = append(h.foreign, name)
+	if name == "clear_route_cache" {
+		return nil, abi.StatusOK
+	}
 	return nil, abi.StatusNotFound
 }
 

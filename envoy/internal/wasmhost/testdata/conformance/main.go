@@ -100,6 +100,10 @@ func onConfigure(id, size uint32) uint32 {
 		st := g.ProxyRegisterSharedQueue(name.A(), name.N(), g.Ptr(&queueID))
 		runtime.KeepAlive(name.B)
 		logf("registered", itoa(st), itoa(queueID))
+	case "foreign":
+		logf("f_declare", itoa(callForeign("declare_property", declareArgs("ro_prop", true, 1))))
+		logf("f_declare_again", itoa(callForeign("declare_property", declareArgs("ro_prop", false, 1))))
+		logf("f_declare_bad", itoa(callForeign("declare_property", []byte{0x0a, 0x7f})))
 	case "trap":
 		switch arg(0) {
 		case "configure":
@@ -177,9 +181,15 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		badPointers()
 	case "headers":
 		reqHeaderOps()
+	case "routebody":
+		// Hold the headers until the body names the route (docs/directives.md#routing).
+		return 1
+	case "foreign":
+		foreign()
 	case "stdio":
 		println("to stderr")
 		syscall.Write(1, []byte("to stdout\n"))
+		syscall.Write(2, []byte("line one\nline two\n")) // one write, one entry
 	case "env":
 		v, _ := syscall.Getenv("CHIME_TEST")
 		logf("env", v)
@@ -206,6 +216,17 @@ func onRequestBody(id, size, eos uint32) uint32 {
 		}
 	case "bench":
 		g.GetBuffer(abi.BufferHttpRequestBody)
+	case "routebody":
+		if eos == 0 {
+			return 1
+		}
+		b, _ := g.GetBuffer(abi.BufferHttpRequestBody)
+		if i := strings.Index(string(b), "route="); i >= 0 {
+			name := strings.Fields(string(b[i+len("route="):]))[0]
+			logf("route_header", itoa(g.EditHeader('r', abi.MapHttpRequestHeaders, "x-route", name)))
+			logf("clear_route_cache", itoa(callForeign("clear_route_cache", nil)))
+		}
+		return 0
 	case "body":
 		b, st := g.GetBuffer(abi.BufferHttpRequestBody)
 		logf("body", itoa(st), string(b))
@@ -503,6 +524,7 @@ var reqProps = [][]string{
 	{"source", "port"}, {"destination", "address"}, {"destination", "port"}, {"connection", "id"},
 	{"plugin_name"}, {"plugin_root_id"}, {"plugin_vm_id"}, {"xds", "node", "id"}, {"xds", "node", "cluster"},
 	{"node"}, {"xds", "cluster_name"}, {"xds", "route_name"}, {"route_name"}, {"cluster_name"},
+	{"xds", "route_metadata"}, {"route_metadata"},
 	{"listener_direction"}, {"no", "such"}, {"my_key"},
 	{"request"}, {"upstream"}, {"xds"}, {"connection_id"}, {"request", "path", "x"}, {"connection", "nope"},
 	{"upstream", "address"}, {"plugin_name", "x"}, {"connection", "mtls"}, {"xds", "nope"},
@@ -576,6 +598,62 @@ func reqHeaderOps() {
 	var rp, rs uint32
 	logf("foreign", itoa(g.ProxyCallForeignFunction(name.A(), name.N(), 0, 0, g.Ptr(&rp), g.Ptr(&rs))))
 	runtime.KeepAlive(name.B)
+}
+
+func callForeign(name string, args []byte) uint32 {
+	_, st := callForeignOut(name, args)
+	return st
+}
+
+func callForeignOut(name string, args []byte) ([]byte, uint32) {
+	n := g.S(name)
+	var a uint32
+	if len(args) > 0 {
+		a = g.Addr(args)
+	}
+	out, st := g.Out1(func(d, s uint32) uint32 {
+		return g.ProxyCallForeignFunction(n.A(), n.N(), a, uint32(len(args)), d, s)
+	})
+	runtime.KeepAlive(n.B)
+	runtime.KeepAlive(args)
+	return out, st
+}
+
+// declareArgs encodes DeclarePropertyArguments{name: 1, readonly: 2, type: 3}.
+func declareArgs(name string, readonly bool, typ byte) []byte {
+	b := append([]byte{0x0a, byte(len(name))}, name...)
+	if readonly {
+		b = append(b, 0x10, 1)
+	}
+	return append(b, 0x18, typ)
+}
+
+func setProp(name, value string) uint32 {
+	k, v := g.S(name), g.S(value)
+	st := g.ProxySetProperty(k.A(), k.N(), v.A(), v.N())
+	runtime.KeepAlive(k.B)
+	runtime.KeepAlive(v.B)
+	return st
+}
+
+// foreign exercises Envoy's foreign functions (docs/local-runtime.md).
+func foreign() {
+	logf("f_clear_route_cache", itoa(callForeign("clear_route_cache", nil)))
+	z, st := callForeignOut("compress", []byte("hello hello hello hello"))
+	logf("f_compress", itoa(st), hex.EncodeToString(z[:2]))
+	plain, st := callForeignOut("uncompress", z)
+	logf("f_uncompress", itoa(st), string(plain))
+	_, st = callForeignOut("uncompress", []byte("not zlib"))
+	logf("f_uncompress_bad", itoa(st))
+	// Declared on a stream context, a prototype is not the root's: no effect.
+	logf("f_declare_stream", itoa(callForeign("declare_property", declareArgs("stream_prop", true, 1))))
+	logf("f_set_stream_prop", itoa(setProp("stream_prop", "a")), itoa(setProp("stream_prop", "b")))
+	logf("f_set_ro", itoa(setProp("ro_prop", "first")))
+	logf("f_set_ro_again", itoa(setProp("ro_prop", "second")))
+	v, st := g.Property("ro_prop")
+	logf("f_get_ro", itoa(st), string(v))
+	logf("f_set_rw", itoa(setProp("rw_prop", "a")), itoa(setProp("rw_prop", "b")))
+	logf("f_unknown", itoa(callForeign("no_such_function", nil)))
 }
 
 // badPointers hands the host out-of-range addresses; every call must come
