@@ -85,7 +85,7 @@ func TimerToolSpecs() []llm.ToolSpec {
 	schema := func(props ...string) json.RawMessage {
 		names := make([]string, len(props))
 		for i, p := range props {
-			names[i] = p[1:strings.Index(p[1:], `"`)+1]
+			names[i] = p[1 : strings.Index(p[1:], `"`)+1]
 		}
 		return json.RawMessage(`{"type":"object","properties":{` + strings.Join(props, ",") +
 			`},"required":["` + strings.Join(names, `","`) + `"],"additionalProperties":false}`)
