@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -236,7 +237,11 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 					t.Errorf("prepare header %s = %q, want %q", key, got, want)
 				}
 			}
-			want := hostapi.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
+			// The filter's own id, never the client's x-request-id "req-1" (SPEC §14).
+			if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(prep.RequestID) {
+				t.Fatalf("request id %q is not the filter's own", prep.RequestID)
+			}
+			want := hostapi.PrepareRequest{RequestID: prep.RequestID, Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
 				Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
 			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
 				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
@@ -549,8 +554,26 @@ func TestNoTokenNeverTrustsAMarker(t *testing.T) {
 	}
 }
 
+// prepareIDs names the request id of the n-th prepare call "req-<n>", so
+// tests can compare the filter's random ids.
+func (e *env) prepareIDs() map[string]string {
+	names := map[string]string{}
+	for i, c := range e.calls(hostapi.PathPrepare) {
+		var prep hostapi.PrepareRequest
+		if err := json.Unmarshal(c.Body, &prep); err != nil {
+			e.t.Fatal(err)
+		}
+		names[prep.RequestID] = fmt.Sprintf("req-%d", i+1)
+	}
+	return names
+}
+
+// outcomes lists the commit and rollback calls as "<path> req-<n>", n the
+// prepare call of the id (see prepareIDs); an id no prepare sent is shown
+// as is.
 func outcomes(e *env) []string {
 	var out []string
+	names := e.prepareIDs()
 	for _, c := range e.h.GetHttpCalls() {
 		p, _ := header(c.Headers, ":path")
 		if p == hostapi.PathCommit || p == hostapi.PathRollback {
@@ -558,7 +581,11 @@ func outcomes(e *env) []string {
 			if err := json.Unmarshal(c.Body, &o); err != nil {
 				e.t.Fatal(err)
 			}
-			out = append(out, p+" "+o.RequestID)
+			name, ok := names[o.RequestID]
+			if !ok {
+				name = o.RequestID
+			}
+			out = append(out, p+" "+name)
 		}
 	}
 	return out
@@ -773,5 +800,31 @@ func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
 		if e.h.ResumedResponse(id) != 1 {
 			t.Fatalf("response resumed %d times after the acknowledgement", e.h.ResumedResponse(id))
 		}
+	}
+}
+
+// TestClientRequestIDIsNotAKey: two sessions sending the same x-request-id
+// get ids of their own, so one's rollback or cancel cannot touch the
+// other's reservation or chain (SPEC §14).
+func TestClientRequestIDIsNotAKey(t *testing.T) {
+	e := newEnv(t, `{"token":"tok"}`)
+	same := [2]string{"x-request-id", "same"}
+	a := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, same, [2]string{"x-session-id", "sess-a"})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"a\"]", Reserved: true})
+	_, prepA := e.lastPrepare()
+	b := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, same, [2]string{"x-session-id", "sess-b"})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"b\"]", Reserved: true})
+	_, prepB := e.lastPrepare()
+	if prepA.RequestID == "same" || prepB.RequestID == "same" || prepA.RequestID == prepB.RequestID {
+		t.Fatalf("request ids %q and %q: the client's id is a key", prepA.RequestID, prepB.RequestID)
+	}
+	e.forwarded(a)
+	e.forwarded(b)
+	// b's upstream fails: only b's reservation is rolled back.
+	e.h.CallOnResponseHeaders(b, [][2]string{{":status", "500"}}, false)
+	e.h.CallOnResponseHeaders(a, [][2]string{{":status", "200"}}, false)
+	want := []string{hostapi.PathRollback + " req-2", hostapi.PathCommit + " req-1"}
+	if got := outcomes(e); !slices.Equal(got, want) {
+		t.Fatalf("outcomes %q, want %q", got, want)
 	}
 }

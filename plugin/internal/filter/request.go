@@ -108,10 +108,12 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	} else {
 		proxywasm.LogDebugf("chime: no destination.address property (followups use the host's default): %v", err)
 	}
+	// The client's x-request-id is only logged: a client-chosen id as the
+	// reservation and resolve key would let one session roll back or
+	// cancel another's (SPEC §14).
+	h.requestID = newRequestID()
 	if id, _ := get("x-request-id"); id != "" {
-		h.requestID = id
-	} else {
-		h.requestID = newRequestID()
+		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, id)
 	}
 	h.timezone, _ = get(hostapi.HeaderTimezone)
 	h.timezone = strings.TrimSpace(h.timezone)

@@ -317,7 +317,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 				if strings.Contains(r.sent, "<**") || !strings.Contains(r.sent, `"clock"`) {
 					t.Fatalf("captured body is not the edited one: %s", r.sent)
 				}
-				if req.RequestID != "req-1" || req.SessionID != "s-1" || req.Protocol != p.String() || req.Path != paths[p] ||
+				if _, prep := e.lastPrepare(); req.RequestID != prep.RequestID || req.SessionID != "s-1" || req.Protocol != p.String() || req.Path != paths[p] ||
 					req.Reentry != listener || req.Streaming != sse || req.Timezone != "UTC" || !slices.Equal(req.ServerTools, []string{"clock"}) {
 					t.Fatalf("resolve request %+v", req)
 				}
@@ -599,7 +599,8 @@ func TestDisconnectWhileResolvingCancelsOnce(t *testing.T) {
 		if len(cancels) != 1 {
 			t.Fatalf("sse %v: %d cancels, want 1", sse, len(cancels))
 		}
-		if got := string(cancels[0].Body); got != `{"requestId":"req-1"}` {
+		if _, prep := e.lastPrepare(); string(cancels[0].Body) != `{"requestId":"`+prep.RequestID+`"}` {
+			got := string(cancels[0].Body)
 			t.Fatalf("cancel body %s", got)
 		}
 		if auth, _ := header(cancels[0].Headers, "authorization"); auth != "Bearer tok" {
