@@ -42,6 +42,7 @@ func (s *Service) routes() http.Handler {
 	handle("GET "+hostapi.PathState, "state", s.authed(s.handleState))
 	handle("POST "+hostapi.PathResolve, "resolve", s.authed(s.handleResolve))
 	handle("POST "+hostapi.PathCancel, "cancel", s.authed(s.handleCancel))
+	handle("POST "+hostapi.PathFollowup, "followup", s.authed(s.handleFollowup))
 	handle("POST "+PathToolsExecute, "tools_execute", s.authed(s.handleToolsExecute))
 	handle("GET /healthz", "healthz", s.handleHealthz)
 	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
@@ -61,7 +62,7 @@ func (s *Service) routes() http.Handler {
 // knownMethods lets a wrong method get 405 instead of 404.
 var knownMethods = map[string]string{
 	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
-	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST",
+	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST",
 	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 

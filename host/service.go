@@ -65,16 +65,14 @@ type Service struct {
 	handler  http.Handler
 	resolver *resolve.Resolver
 
-	zones sync.Map // IANA name → *time.Location
+	zones   sync.Map // IANA name → *time.Location
+	markers markerLedger
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var _ ToolExecutor = (*Service)(nil)
-
-// devTokenWarning is logged once per process, however many services start.
-var devTokenWarning sync.Once
 
 // New opens the store in cfg.DataDir and wires the service. It starts
 // nothing: no NTP sync, no sweep, no listener.
@@ -84,16 +82,13 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		logger = slog.Default()
 	}
 	if cfg.Token == "" {
-		cfg.Token = DevToken
-		// On loopback the development token is what a local start wants;
-		// reachable from elsewhere it is a secret everyone knows.
-		if loopbackAddr(cfg.Addr) {
-			logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
-		} else {
-			devTokenWarning.Do(func() {
-				logger.Warn("CHIME_HOST_TOKEN is not set; using the development token of the sample envoy.yaml on a non-loopback listener. Set a secret", "addr", cfg.Addr)
-			})
+		// The development token is public: fine where only this machine
+		// can connect, a key for everyone elsewhere (SPEC §14).
+		if !loopbackAddr(cfg.Addr) {
+			return nil, fmt.Errorf("host: listening on %s (beyond loopback) needs a secret: set CHIME_HOST_TOKEN (and the same token in the filter's plugin configuration); the development token is only accepted on a loopback address", cfg.Addr)
 		}
+		cfg.Token = DevToken
+		logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
 	}
 	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
 	if err != nil {

@@ -508,29 +508,64 @@ func TestMalformedBodiesForwardUnmodified(t *testing.T) {
 func TestFollowupMarker(t *testing.T) {
 	e := newEnv(t, `{"token":"s3cret"}`)
 	body := `{"messages":[{"role":"user","content":"<**stopMessage:\"x\"**> keep"}]}`
+	marker := hostapi.FollowupMarker("s3cret", "req-0:stop", wall)
 
-	valid := reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-0:stop")})
-	id := e.h.InitializeHttpContext()
-	if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionContinue {
-		t.Fatalf("headers action %v", got)
+	// followup sends one with a valid marker and returns its stream and
+	// the host's marker check.
+	followup := func() (uint32, proxytest.HttpCall) {
+		t.Helper()
+		valid := reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, marker})
+		id := e.h.InitializeHttpContext()
+		if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionPause {
+			t.Fatalf("headers action %v: the followup must wait for the host's marker check", got)
+		}
+		wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == hostapi.HeaderFollowup })
+		if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
+			t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
+		}
+		if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionPause {
+			t.Fatalf("body action %v before the marker check", got)
+		}
+		checks := e.calls(hostapi.PathFollowup)
+		c := checks[len(checks)-1]
+		if string(c.Body) != string(must(json.Marshal(hostapi.FollowupRequest{Marker: marker}))) {
+			t.Fatalf("marker check body %s", c.Body)
+		}
+		return id, c
 	}
-	wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == hostapi.HeaderFollowup })
-	if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
-		t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
-	}
-	if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionContinue {
-		t.Fatalf("body action %v", got)
+
+	// Accepted: the request passes untouched, with no other host call.
+	id, c := followup()
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "204"}}, nil, nil)
+	if e.h.ResumedRequest(id) != 1 || e.h.GetLocalResponse(id) != nil {
+		t.Fatal("accepted followup not resumed")
 	}
 	if got := string(e.h.GetSentRequestBody(id)); got != body {
 		t.Fatalf("followup body changed: %s", got)
 	}
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 	e.h.CompleteHttpContext(id)
-	if n := len(e.h.GetHttpCalls()); n != 0 {
-		t.Fatalf("followup made %d host calls", n)
+	if n := len(e.h.GetHttpCalls()); n != 1 {
+		t.Fatalf("followup made %d host calls, want the marker check only", n)
 	}
 
-	for _, forged := range []string{hostapi.FollowupMarker("guess", "req-0"), "req-0.abc", "x"} {
+	// Replayed: the host refuses the marker; the request gets 403 and
+	// never reaches the provider.
+	id, c = followup()
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "403"}}, []byte(`{"error":"used"}`), nil)
+	if lr := e.h.GetLocalResponse(id); lr == nil || lr.StatusCode != 403 || e.h.ResumedRequest(id) != 0 {
+		t.Fatalf("replayed marker: local response %+v, resumed %d", lr, e.h.ResumedRequest(id))
+	}
+
+	// The host cannot be asked: fail open lets the genuine marker pass.
+	id, c = followup()
+	e.h.CallOnHttpCallResponse(c.ID, nil, nil, nil)
+	if e.h.ResumedRequest(id) != 1 || string(e.h.GetSentRequestBody(id)) != body {
+		t.Fatal("followup not passed when the host did not answer (fail open)")
+	}
+
+	expired := hostapi.FollowupMarker("s3cret", "req-0", wall.Add(-hostapi.FollowupMarkerTTL-2*time.Minute))
+	for _, forged := range []string{hostapi.FollowupMarker("guess", "req-0", wall), expired, "req-0.abc", "x"} {
 		id := e.send(llm.Chat, body, [2]string{hostapi.HeaderFollowup, forged})
 		if _, ok := header(e.h.GetRequestHeaders(id), hostapi.HeaderFollowup); ok {
 			t.Fatalf("forged marker %q forwarded", forged)
@@ -541,11 +576,14 @@ func TestFollowupMarker(t *testing.T) {
 			t.Fatalf("forged marker %q: request not treated as normal: %s", forged, got)
 		}
 	}
+	if n := len(e.calls(hostapi.PathFollowup)); n != 3 {
+		t.Fatalf("%d marker checks, want 3: forged or expired markers are not sent to the host", n)
+	}
 }
 
 func TestNoTokenNeverTrustsAMarker(t *testing.T) {
 	e := newEnv(t, "")
-	e.send(llm.Chat, `{"messages":[]}`, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("", "r")})
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("", "r", wall)})
 	if len(e.calls(hostapi.PathPrepare)) != 1 {
 		t.Fatal("a marker was trusted without a token")
 	}

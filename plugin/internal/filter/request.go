@@ -45,6 +45,9 @@ type httpContext struct {
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
 
 	resp response
+
+	// followupPending: a followup waits for the host to accept its marker.
+	followupPending bool
 }
 
 // OnHttpRequestHeaders is docs/architecture.md#request-path step 1.
@@ -86,9 +89,8 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
 			proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
 		}
-		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker); ok {
-			proxywasm.LogDebugf("chime: followup of %s passes untouched", id)
-			return proxywasm.ActionContinue
+		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker, p.hostNow()); ok {
+			return h.acceptFollowup(id, marker)
 		}
 		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", hostapi.HeaderFollowup)
 	}
@@ -136,6 +138,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 // OnHttpRequestBody is docs/architecture.md#request-path step 2: buffer to the end of
 // the stream, strip directives, and ask the host to prepare.
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
+	if h.followupPending {
+		return proxywasm.ActionPause // buffered until the host accepts the marker
+	}
 	if !h.handled || h.bodyDone {
 		return proxywasm.ActionContinue
 	}

@@ -772,8 +772,10 @@ func TestResponsesNotOursPassUntouched(t *testing.T) {
 
 	// A followup's answer is the host's to read: untouched even with a clock call.
 	id := e.h.InitializeHttpContext()
-	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-1")}), false)
+	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-1", wall)}), false)
 	e.h.CallOnRequestBody(id, []byte(requestBody(llm.Chat, true)), true)
+	checks := e.calls(hostapi.PathFollowup)
+	e.h.CallOnHttpCallResponse(checks[len(checks)-1].ID, [][2]string{{":status", "204"}}, nil, nil)
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
 	stream := llm.RenderSSE(llm.Chat, serverTurn, llm.RenderOptions{})
 	e.h.CallOnResponseBody(id, stream, true)
