@@ -861,3 +861,29 @@ func checkSSEResponse(t *testing.T, upstream []byte, proto, chunk uint8) {
 		t.Fatalf("a stream without tool calls changed:\n%q\n%q", upstream, out)
 	}
 }
+
+// TestMalformedStartEventOnce: an upstream whose first SSE event (the
+// start) is not JSON, with stopMessage set: the client gets one start
+// event, never the upstream's and a spliced one (SPEC §14).
+func TestMalformedStartEventOnce(t *testing.T) {
+	for p, start := range map[llm.Protocol]string{llm.Messages: "message_start", llm.Responses: "response.created"} {
+		e := newRespEnv(t, "")
+		r := e.exchange(p, true, hostapi.PrepareResponse{MayContinue: true})
+		body := r.upstream(stopTurn)
+		first := bytes.Index(body, []byte("\n\n")) + 2
+		if !bytes.Contains(body[:first], []byte("event: "+start)) {
+			t.Fatalf("%s: first event %q", p, body[:first])
+		}
+		body = append([]byte("event: "+start+"\ndata: {\"type\":\""+start+"\",\"broken\n\n"), body[first:]...)
+		if got := r.feed(body, nil); got != proxywasm.ActionPause {
+			t.Fatalf("%s: action %v: the stop finish must be resolved", p, got)
+		}
+		r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+		if n := bytes.Count(r.out(), []byte("event: "+start+"\n")); n != 1 {
+			t.Fatalf("%s: %d %s events, want 1:\n%s", p, n, start, r.out())
+		}
+		if !bytes.Contains(r.out(), []byte(contTurn.Text)) {
+			t.Fatalf("%s: continuation missing:\n%s", p, r.out())
+		}
+	}
+}
