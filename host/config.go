@@ -72,6 +72,10 @@ type Config struct {
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
+	// MaxConcurrentPrepares bounds the prepare calls worked on at once;
+	// past it prepare answers 503 at once and the filter fails open
+	// (default DefaultMaxConcurrentPrepares; SPEC §14).
+	MaxConcurrentPrepares int
 	// DashboardHosts are Host names, besides localhost and loopback IPs,
 	// under which the dashboard API answers loopback callers without the
 	// token (dashboardHosts; SPEC §14, DNS rebinding). Lower case, no port.
@@ -179,6 +183,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Reentry == "" {
 		c.Reentry = DefaultReentry
+	}
+	if c.MaxConcurrentPrepares <= 0 {
+		c.MaxConcurrentPrepares = DefaultMaxConcurrentPrepares
 	}
 	c.Clock = timesource.OrReal(c.Clock)
 	return c

@@ -160,9 +160,33 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
+// maxPrepareBody bounds a prepare body: MaxDirectivesPerRequest directives
+// of a few KB each fit many times over.
+const maxPrepareBody = 256 << 10
+
 func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
+	// Admission control (SPEC §14): past MaxConcurrentPrepares the host
+	// answers at once, so the filter fails open early instead of timing
+	// out late with half the work done.
+	select {
+	case s.prepareSlots <- struct{}{}:
+		defer func() { <-s.prepareSlots }()
+	default:
+		s.metrics.PrepareShed.Inc()
+		s.shedLog.note(s, "prepare shed: too many in flight; the filter fails open", "inFlight", cap(s.prepareSlots))
+		writeError(w, http.StatusServiceUnavailable, "host busy: too many prepare calls in flight")
+		return
+	}
 	var req hostapi.PrepareRequest
-	if !decodeBody(w, r, &req) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrepareBody))
+	if err := dec.Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.log.Warn("prepare body over the limit refused; the filter fails open for that request", "limit", maxPrepareBody)
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prepare body over %d KiB", maxPrepareBody>>10))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Prepare(r.Context(), req))

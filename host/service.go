@@ -68,6 +68,9 @@ type Service struct {
 	zones   sync.Map // IANA name → *time.Location
 	markers markerLedger
 
+	prepareSlots chan struct{} // admission control of prepare calls
+	shedLog      periodicLog
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -114,6 +117,8 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+
+		prepareSlots: make(chan struct{}, cfg.MaxConcurrentPrepares),
 	}
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
