@@ -76,6 +76,12 @@ type pluginContext struct {
 	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
 	zones map[string]*time.Location
 
+	// failOpens counts requests failed open since the last info line;
+	// failOpenReason is the latest one's reason (noteFailOpen).
+	failOpens      int
+	failOpenReason string
+	failOpenLogged time.Time
+
 	requests, hostFailures, failOpen, malformed counter
 	resolves, resolveFailures, serverToolCalls  counter
 }

@@ -866,3 +866,43 @@ func TestClientRequestIDIsNotAKey(t *testing.T) {
 		t.Fatalf("outcomes %q, want %q", got, want)
 	}
 }
+
+// TestFailOpenLoggedAtInfoWithCount: failing open is reported at info, the
+// first time at once and then once a minute with the count since the last
+// line, not once per request (SPEC §14).
+func TestFailOpenLoggedAtInfoWithCount(t *testing.T) {
+	now := wall
+	h := proxytest.NewHost(proxytest.Options{
+		VMContext: vmContext{now: func() time.Time { return now }},
+		Clusters:  []string{"chime_host"},
+	})
+	if !h.StartPlugin() {
+		t.Fatal("plugin did not start")
+	}
+	e := &env{t, h}
+	infos := func() []string {
+		var out []string
+		for _, l := range h.GetLogs(proxywasm.LogLevelInfo) {
+			if strings.Contains(l, "failed open") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for range 3 {
+		e.send(llm.Chat, `{"messages":[]}`)
+		e.fail([][2]string{{":status", "503"}}, `{"error":"host busy"}`)
+	}
+	if got := infos(); len(got) != 1 || !strings.Contains(got[0], "1 request(s) failed open") || !strings.Contains(got[0], "503") {
+		t.Fatalf("after 3 fail-opens: %q, want one info line for the first", got)
+	}
+	now = now.Add(61 * time.Second)
+	h.Tick()
+	if got := infos(); len(got) != 2 || !strings.Contains(got[1], "2 request(s) failed open") {
+		t.Fatalf("after a minute: %q, want a line counting the other 2", got)
+	}
+	h.Tick()
+	if got := infos(); len(got) != 2 {
+		t.Fatalf("a tick with nothing new logged again: %q", got)
+	}
+}
