@@ -124,3 +124,40 @@ func TestPrepareBodyLimit(t *testing.T) {
 		t.Fatal("an oversized prepare applied its directive")
 	}
 }
+
+// BenchmarkAbuseDirectives is issue 16's abuse benchmark: b.N requests of
+// the worst directive mix (1 000 clock directives over a full session's
+// task cap and 1 000 stopMessage directives each) against one host. It
+// prints the heap after GC before (after a warm-up) and after, and their
+// ratio (goal ≤ 1.2×).
+func BenchmarkAbuseDirectives(b *testing.B) {
+	f := newFixture(b)
+	const sid = "abuse"
+	fillSession(b, f, sid)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	reqs := make([][]hostapi.HostDirective, 16) // built up front: the host's heap is measured, not ours
+	for i := range reqs {
+		reqs[i] = abuseDirectives(fmt.Sprint("b", i), 1000)
+	}
+	// Warm up first: Badger's memtables and caches fill to their fixed
+	// sizes (tens of MB) in the first requests; growth after that is a leak.
+	for i := range 20 {
+		f.svc.Prepare(bg, hostapi.PrepareRequest{RequestID: fmt.Sprint("w", i), SessionID: sid, Directives: reqs[i%len(reqs)]})
+	}
+	before := heap()
+	b.ResetTimer()
+	for i := range b.N {
+		f.svc.Prepare(bg, hostapi.PrepareRequest{RequestID: fmt.Sprint("b", i), SessionID: sid, Directives: reqs[i%len(reqs)]})
+	}
+	b.StopTimer()
+	after := heap()
+	ratio := float64(after) / float64(before)
+	fmt.Printf("\nabuse: %d requests of 2 000 directives: heap %d KB before, %d KB after, %.2f×\n", b.N, before>>10, after>>10, ratio)
+	b.ReportMetric(ratio, "heap-ratio")
+}
