@@ -190,8 +190,11 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 	}
 	loc, err := llm.LoadTimezone(header)
 	if err != nil {
-		proxywasm.LogDebugf("chime: ignoring %s: %v", hostapi.HeaderTimezone, err)
-		return p.defaultZone
+		// Said once per value (the fallback is cached below): the tag's tz
+		// shows the zone used, and the log says why it is not the client's.
+		name := header[:min(len(header), 64)]
+		proxywasm.LogInfof("chime: unknown %s %q; the time tag uses %s", hostapi.HeaderTimezone, name, p.defaultZone)
+		loc = p.defaultZone
 	}
 	if len(p.zones) >= maxCachedZones {
 		clear(p.zones)

@@ -906,3 +906,28 @@ func TestFailOpenLoggedAtInfoWithCount(t *testing.T) {
 		t.Fatalf("a tick with nothing new logged again: %q", got)
 	}
 }
+
+// TestUnknownTimezoneSaidOnce: an x-chime-timezone that names no zone is
+// not silently UTC: it is logged at info, once per value (SPEC §14).
+func TestUnknownTimezoneSaidOnce(t *testing.T) {
+	e := newEnv(t, "")
+	said := func() int {
+		n := 0
+		for _, l := range e.h.GetLogs(proxywasm.LogLevelInfo) {
+			if strings.Contains(l, `unknown x-chime-timezone "Mars/Olympus"`) && strings.Contains(l, "uses UTC") {
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, [2]string{hostapi.HeaderTimezone, "Mars/Olympus"})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0)})
+		if body := e.forwarded(id); !strings.Contains(body, "tz=`UTC`") {
+			t.Fatalf("tag not in the default zone: %s", body)
+		}
+	}
+	if n := said(); n != 1 {
+		t.Fatalf("unknown zone said %d times, want once", n)
+	}
+}
