@@ -16,10 +16,8 @@ import (
 
 var errNoSession = errors.New("no session id on the request")
 
-// MaxDirectivesPerRequest bounds the work one prepare does: directives of
-// a request past it are ignored and counted (SPEC §14). A person types a
-// handful; 1 000 are an attack on the host.
-const MaxDirectivesPerRequest = 32
+// MaxDirectivesPerRequest is hostapi.MaxDirectivesPerRequest (SPEC §14).
+const MaxDirectivesPerRequest = hostapi.MaxDirectivesPerRequest
 
 // Prepare is the request-path call of docs/architecture.md: it touches the session,
 // applies the directives in order, reserves the session's due reminders for

@@ -55,6 +55,12 @@ type HostDirective struct {
 	Position int `json:"position"`
 }
 
+// MaxDirectivesPerRequest bounds the work one prepare does: the filter
+// sends at most this many directives of a request and the host applies at
+// most this many; the rest are counted and ignored (SPEC §14). A person
+// types a handful; 1 000 are an attack on the host.
+const MaxDirectivesPerRequest = 32
+
 // PrepareRequest is what the filter knows once the request body is in.
 type PrepareRequest struct {
 	RequestID  string          `json:"requestId"`

@@ -37,6 +37,10 @@ const (
 	// MetricMalformed counts bodies forwarded unmodified because they do
 	// not parse (docs/failures.md).
 	MetricMalformed = "chime_malformed_requests_total"
+	// MetricDirectivesDropped counts directives stripped but not sent to
+	// the host: malformed (too large among them) or past the per-request
+	// cap (SPEC §14).
+	MetricDirectivesDropped = "chime_directives_dropped_total"
 	// MetricResolves counts resolve calls sent (docs/architecture.md#response-path).
 	MetricResolves = "chime_resolves_total"
 	// MetricResolveFailures counts resolves that failed or could not be
@@ -83,6 +87,7 @@ type pluginContext struct {
 	failOpenLogged time.Time
 
 	requests, hostFailures, failOpen, malformed counter
+	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter
 }
 
@@ -135,6 +140,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.hostFailures = defineCounter(MetricHostCallFailures)
 	p.failOpen = defineCounter(MetricFailOpen)
 	p.malformed = defineCounter(MetricMalformed)
+	p.directivesDropped = defineCounter(MetricDirectivesDropped)
 	p.resolves = defineCounter(MetricResolves)
 	p.resolveFailures = defineCounter(MetricResolveFailures)
 	p.serverToolCalls = defineCounter(MetricServerToolCalls)

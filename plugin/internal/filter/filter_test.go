@@ -931,3 +931,33 @@ func TestUnknownTimezoneSaidOnce(t *testing.T) {
 		t.Fatalf("unknown zone said %d times, want once", n)
 	}
 }
+
+// TestDirectivesDroppedAreCountedAndLogged: a directive too large to parse
+// and those past the per-request cap are stripped, not sent to the host,
+// counted and logged once for the request (SPEC §14).
+func TestDirectivesDroppedAreCountedAndLogged(t *testing.T) {
+	e := newEnv(t, "")
+	var text strings.Builder
+	text.WriteString(`<**stopMessage:"` + strings.Repeat("x", 5000) + `"**>`) // over the parser's bound
+	for i := range hostapi.MaxDirectivesPerRequest + 8 {
+		fmt.Fprintf(&text, `<**route:r%d**>`, i)
+	}
+	body := must(json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": text.String() + " go"}}}))
+	e.send(llm.Chat, string(body))
+	_, prep := e.lastPrepare()
+	if len(prep.Directives) != hostapi.MaxDirectivesPerRequest {
+		t.Fatalf("%d directives sent, want the cap %d", len(prep.Directives), hostapi.MaxDirectivesPerRequest)
+	}
+	if got := e.counter(MetricDirectivesDropped); got != 9 {
+		t.Fatalf("%s = %d, want 9 (1 malformed, 8 over the cap)", MetricDirectivesDropped, got)
+	}
+	n := 0
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelInfo) {
+		if strings.Contains(l, "9 directive(s) stripped but not applied") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("dropped directives logged %d times, want once: %q", n, e.h.GetLogs(proxywasm.LogLevelInfo))
+	}
+}

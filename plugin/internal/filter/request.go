@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,7 +168,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		Protocol:   h.protocol.String(),
 		SessionID:  h.sessionID,
 		Timezone:   h.zone.String(),
-		Directives: hostDirectives(req.Directives()),
+		Directives: h.hostDirectives(req.Directives()),
 		// Positions restart with each stored response (docs/directives.md).
 		PreviousResponseID: req.PreviousResponseID(),
 	}
@@ -184,18 +185,37 @@ func (h *httpContext) forwardMalformed(reason string) {
 
 // hostDirectives converts the parsed directives of the new user input for
 // the host (docs/directives.md), positions included: malformed ones (Err set) and
-// unknown ones are stripped but not sent.
-func hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
+// unknown ones are stripped but not sent, and so are those past
+// hostapi.MaxDirectivesPerRequest. Malformed and capped ones are counted
+// and logged once per request (SPEC §14).
+func (h *httpContext) hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
 	var out []hostapi.HostDirective
+	dropped := 0
+	var first error
 	for _, d := range dirs {
 		kind := hostapi.DirectiveKind(d.Kind)
-		if d.Err != nil || kind == "" {
+		if d.Err != nil || (kind != "" && len(out) == hostapi.MaxDirectivesPerRequest) {
+			dropped++
+			if first == nil {
+				first = d.Err
+			}
+			continue
+		}
+		if kind == "" {
 			continue
 		}
 		out = append(out, hostapi.HostDirective{
 			Kind: kind, Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
 			Position: d.Position,
 		})
+	}
+	if dropped > 0 {
+		h.plugin.directivesDropped.add(dropped)
+		why := "over the cap of " + strconv.Itoa(hostapi.MaxDirectivesPerRequest)
+		if first != nil {
+			why = first.Error()
+		}
+		proxywasm.LogInfof("chime: request %s: %d directive(s) stripped but not applied (first: %s)", h.requestID, dropped, why)
 	}
 	return out
 }
