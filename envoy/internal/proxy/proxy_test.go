@@ -807,3 +807,26 @@ func TestBufferEditedAfterPauseIsForwarded(t *testing.T) {
 		t.Fatalf("upstream got %q; the live buffer's bytes must be forwarded", got)
 	}
 }
+
+// TestRequestHeadersOver60KiBRefused: like Envoy's default
+// max_request_headers_kb, a request whose headers exceed 60 KiB gets 431
+// and never reaches a filter or the upstream (SPEC §14).
+func TestRequestHeadersOver60KiBRefused(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}})
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{50 << 10, http.StatusOK}, {61 << 10, http.StatusRequestHeaderFieldsTooLarge}, {100 << 10, http.StatusRequestHeaderFieldsTooLarge}} {
+		req, _ := http.NewRequest("GET", e.url+"/v1/models", nil)
+		req.Header.Set("X-Chime-Session", strings.Repeat("s", tc.size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%d B header: %v", tc.size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%d B header: %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
+	}
+}

@@ -106,6 +106,9 @@ func Listen(opt Options) (*Server, error) {
 			Handler:           l,
 			ReadHeaderTimeout: time.Minute,
 			IdleTimeout:       time.Hour, // Envoy's default HCM idle_timeout
+			// Envoy's default max_request_headers_kb: 60 KiB of headers, else
+			// 431 (SPEC §14). net/http allows MaxHeaderBytes plus 4 KiB.
+			MaxHeaderBytes: maxRequestHeaderBytes - 4<<10,
 			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug),
 			BaseContext:       func(net.Listener) context.Context { return s.ctx },
 			ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
@@ -123,6 +126,9 @@ func Listen(opt Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// maxRequestHeaderBytes is Envoy's default HCM max_request_headers_kb.
+const maxRequestHeaderBytes = 60 << 10
 
 // Addr returns the bound address of the named listener ("" if unknown).
 func (s *Server) Addr(name string) string {
