@@ -179,7 +179,11 @@ func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
 	}
 	var req hostapi.PrepareRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrepareBody))
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			s.log.Warn("prepare body over the limit refused; the filter fails open for that request", "limit", maxPrepareBody)

@@ -71,6 +71,10 @@ type Service struct {
 	prepareSlots chan struct{} // admission control of prepare calls
 	shedLog      periodicLog
 
+	// drain: every HTTP request holds it for reading; Close takes it for
+	// writing, so the store closes only after the requests in flight end,
+	// and later ones get 503 instead of storage errors.
+	drain     sync.RWMutex
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -125,7 +129,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	s.handler = s.routes()
+	s.handler = s.draining(s.routes())
 	return s, nil
 }
 
@@ -188,12 +192,27 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 // call more than once.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
+		s.drain.Lock() // never released: the service is closed
 		if err := s.touches.Flush(); err != nil {
 			s.log.Warn("host: final session touch flush failed", "err", err)
 		}
 		s.closeErr = s.store.Close()
 	})
 	return s.closeErr
+}
+
+// draining lets requests through while the service is open and answers
+// 503 once Close has begun (SPEC §14: prepare during shutdown must not
+// reach a closed store).
+func (s *Service) draining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.drain.TryRLock() {
+			writeError(w, http.StatusServiceUnavailable, "host is shutting down")
+			return
+		}
+		defer s.drain.RUnlock()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // now is host time with the NTP offset (docs/time.md#time-tag).
