@@ -106,9 +106,6 @@ func Listen(opt Options) (*Server, error) {
 			Handler:           l,
 			ReadHeaderTimeout: time.Minute,
 			IdleTimeout:       time.Hour, // Envoy's default HCM idle_timeout
-			// Envoy's default max_request_headers_kb: 60 KiB of headers, else
-			// 431 (SPEC §14). net/http allows MaxHeaderBytes plus 4 KiB.
-			MaxHeaderBytes: maxRequestHeaderBytes - 4<<10,
 			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug),
 			BaseContext:       func(net.Listener) context.Context { return s.ctx },
 			ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
@@ -116,6 +113,9 @@ func Listen(opt Options) (*Server, error) {
 				ctx = context.WithValue(ctx, connIDKey{}, connIDs.Add(1))
 				return context.WithValue(ctx, workerKey{}, w)
 			},
+			// Envoy's default max_request_headers_kb: 60 KiB of headers, else
+			// 431 (SPEC §14). net/http allows MaxHeaderBytes plus 4 KiB.
+			MaxHeaderBytes: maxRequestHeaderBytes - 4<<10,
 		}
 		s.listeners = append(s.listeners, l)
 		s.wg.Add(1)
