@@ -129,8 +129,11 @@ func TestServerToolIsInvisible(t *testing.T) {
 		reqs := d.mockRequests(t)
 		require.Len(t, reqs, 2, "original + one tool followup, no hold for a task of this very request")
 		assert.Empty(t, reqs[1].Headers[hostapi.HeaderFollowup], "the followup marker never reaches the provider")
-		assert.True(t, strings.HasPrefix(reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"]+":"),
-			"followup id %q extends %q", reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"])
+		// Followup ids extend the filter's own request id, never the
+		// client's x-request-id (docs/failures.md).
+		assert.Regexp(t, `^[0-9a-f]{32}:tool1$`, reqs[1].Headers["x-request-id"])
+		assert.False(t, strings.HasPrefix(reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"]+":"),
+			"followup id %q extends the client's %q", reqs[1].Headers["x-request-id"], reqs[0].Headers["x-request-id"])
 		assert.Contains(t, reqs[1].Body, task, "the followup carries the tool call and its result")
 		assert.NotContains(t, reqs[1].Body, `[scheduled task:\"`+task, "notBeforeRequestId covers the followups")
 		assert.Equal(t, 1, strings.Count(reqs[1].Body, "[Time/Date]:"), "a followup is not tagged again")

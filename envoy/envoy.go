@@ -64,6 +64,10 @@ type Options struct {
 	// rest of the config file applies unchanged. A bad URL, or a config
 	// without cluster "llm", fails Start.
 	UpstreamOverride string
+	// PluginConfiguration, when set, may rewrite the configuration of each
+	// wasm filter by its root_id before the filters start (`chime up`
+	// hands the filter the host token this way). An error fails Start.
+	PluginConfiguration func(rootID string, config []byte) ([]byte, error)
 }
 
 // LevelName is a slog.HandlerOptions.ReplaceAttr that names the levels
@@ -126,6 +130,16 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		}
 		opt.Logger.Info("upstream override", "cluster", o.Cluster, "url", opt.UpstreamOverride,
 			"endpoint", o.Endpoint, "type", o.Type, "tls", o.TLS, "authority", o.Host)
+	}
+	if opt.PluginConfiguration != nil {
+		for i := range cfg.Listeners {
+			for j := range cfg.Listeners[i].HTTPFilters {
+				f := &cfg.Listeners[i].HTTPFilters[j]
+				if f.PluginConfiguration, err = opt.PluginConfiguration(f.RootID, f.PluginConfiguration); err != nil {
+					return nil, fmt.Errorf("envoy: plugin configuration of %q: %w", f.RootID, err)
+				}
+			}
+		}
 	}
 	if err := checkWasmFiles(cfg); err != nil {
 		return nil, err

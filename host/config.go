@@ -17,8 +17,8 @@ import (
 const (
 	DefaultAddr    = "127.0.0.1:8787"
 	DefaultDataDir = "./data"
-	// DevToken is the shared secret of the product envoy.yaml; a host left on
-	// it warns once at start.
+	// DevToken is the shared secret of the product envoy.yaml; a host with
+	// no token uses it on a loopback listener only (docs/failures.md).
 	DevToken         = "dev-token"
 	DefaultHoldMax   = 60 * time.Second
 	DefaultTouchSync = 2 * time.Second
@@ -42,7 +42,7 @@ type Config struct {
 	// DataDir holds the Badger database (CHIME_DATA_DIR), default DefaultDataDir.
 	DataDir string
 	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN). Empty means
-	// DevToken, with a warning logged once.
+	// DevToken on a loopback Addr; New refuses it on any other.
 	Token string
 	// NTP configures the clock-offset tracker (docs/time.md#ntp).
 	NTP ntp.Config
@@ -83,6 +83,14 @@ type Config struct {
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
+	// MaxConcurrentPrepares bounds the prepare calls worked on at once;
+	// past it prepare answers 503 at once and the filter fails open
+	// (default DefaultMaxConcurrentPrepares; docs/failures.md).
+	MaxConcurrentPrepares int
+	// DashboardHosts are Host names, besides localhost and loopback IPs,
+	// under which the dashboard API answers loopback callers without the
+	// token (dashboardHosts; docs/failures.md, DNS rebinding). Lower case, no port.
+	DashboardHosts []string
 	// Clock is the uncorrected wall clock and the source of every wait of
 	// the host (default the real clock; tests pass a clockwork.FakeClock).
 	// The NTP offset is applied on top of its Now (timesource, docs/time.md#ntp).
@@ -199,6 +207,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TimerRetention <= 0 {
 		c.TimerRetention = timers.DefaultRetention
+	}
+	if c.MaxConcurrentPrepares <= 0 {
+		c.MaxConcurrentPrepares = DefaultMaxConcurrentPrepares
 	}
 	c.Clock = timesource.OrReal(c.Clock)
 	return c

@@ -178,10 +178,13 @@ type serverSection struct {
 	// Reentry is the proxy listener that followups go to when the filter
 	// names none.
 	Reentry string `yaml:"reentry"`
+	// DashboardHosts are extra Host names for the token-less dashboard.
+	DashboardHosts []string `yaml:"dashboardHosts"`
 }
 
 func (s *serverSection) from(cfg Config) {
 	s.Listen, s.DataDir, s.Reentry = cfg.Addr, cfg.DataDir, cfg.Reentry
+	s.DashboardHosts = slices.Clone(cfg.DashboardHosts)
 }
 
 func (s *serverSection) check(c *checker) {
@@ -190,10 +193,19 @@ func (s *serverSection) check(c *checker) {
 		c.bad("dataDir", "must not be empty")
 	}
 	c.hostPort("reentry", s.Reentry, false)
+	for i, h := range s.DashboardHosts {
+		if h == "" || h != strings.ToLower(h) || strings.ContainsAny(h, ":/ \t[]") {
+			c.bad("dashboardHosts["+strconv.Itoa(i)+"]", fmt.Sprintf("%q: want a lower-case host name without port, such as chime.internal", h))
+		}
+	}
 }
 
 func (s *serverSection) apply(cfg *Config) {
 	cfg.Addr, cfg.DataDir, cfg.Reentry = s.Listen, s.DataDir, s.Reentry
+	cfg.DashboardHosts = nil
+	if len(s.DashboardHosts) > 0 {
+		cfg.DashboardHosts = s.DashboardHosts
+	}
 }
 
 // ntpSection is docs/time.md#ntp.

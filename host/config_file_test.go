@@ -112,9 +112,10 @@ func TestConfigFileEmptyValuesKeepDefaults(t *testing.T) {
 func TestConfigFileErrorsNameFieldAndLine(t *testing.T) {
 	cases := map[string][]string{
 		"holds:\n  maxx: 2m\n":                   {"bad.yaml:2: holds.maxx: unknown field in holds; known: max, nonStreaming"},
-		"wakes:\n  every: 5m\n":                  {"bad.yaml:1: wakes: unknown field; known: clock, dataDir, guards, holds, listen, ntp, reentry, timers"},
+		"wakes:\n  every: 5m\n":                  {"bad.yaml:1: wakes: unknown field; known: clock, dashboardHosts, dataDir, guards, holds, listen, ntp, reentry, timers"},
 		"timers:\n  maxWait: 20m\n":              {"bad.yaml:2: timers.maxWait: 20m0s is longer than guards.maxChainDuration 15m0s"},
 		"timers:\n  maxPerSession: 0\n":          {"bad.yaml:2: timers.maxPerSession: 0: must be at least 1"},
+		"dashboardHosts: [Evil.example]\n":       {"bad.yaml:1: dashboardHosts[0]: \"Evil.example\": want a lower-case host name"},
 		"clock:\n  dueWindow: 5\n":               {"bad.yaml:2: clock.dueWindow: \"5\" is not a duration"},
 		"clock:\n  retention: soon\n":            {"bad.yaml:2: clock.retention: \"soon\" is not a duration"},
 		"holds: {max: -5s}\n":                    {"bad.yaml:1: holds.max: -5s: must be positive"},

@@ -2,9 +2,11 @@ package host
 
 import (
 	"cmp"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/chimehq/chime/storage"
 )
@@ -73,8 +75,32 @@ func (s *Service) dashboard(h func(w http.ResponseWriter, r *http.Request, inclu
 			unauthorized(w)
 			return
 		}
+		// A loopback connection may come from a web page of another origin
+		// through a rebound DNS name: without the token only a loopback
+		// or configured Host is served (docs/failures.md).
+		if !authed && !s.localHost(r.Host) {
+			writeError(w, http.StatusForbidden, "Host "+strconv.Quote(r.Host)+" is not a loopback name: use 127.0.0.1 or localhost, send the bearer token, or add the name to dashboardHosts in the host config file")
+			return
+		}
 		h(w, r, include == "text")
 	}
+}
+
+// localHost reports whether a Host header names this machine: localhost
+// (and *.localhost), a loopback IP, or one of Config.DashboardHosts.
+func (s *Service) localHost(hostport string) bool {
+	h := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		h = hh
+	}
+	h = strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.IsLoopback()
+	}
+	return h != "" && slices.Contains(s.cfg.DashboardHosts, h)
 }
 
 func (s *Service) handleSessions(w http.ResponseWriter, r *http.Request, includeText bool) {

@@ -68,7 +68,7 @@ func (f *fixture) do(t testing.TB, method, path, token string, body any) *httpte
 		rd = bytes.NewReader(raw)
 	}
 	req := httptest.NewRequest(method, path, rd)
-	req.RemoteAddr = "127.0.0.1:40000"
+	req.RemoteAddr, req.Host = "127.0.0.1:40000", "127.0.0.1:8787" // a local caller, as a browser on this machine
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -149,7 +149,7 @@ func newRequest(method, path string, body []byte) *http.Request {
 		rd = bytes.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, rd)
-	req.RemoteAddr = "127.0.0.1:40000"
+	req.RemoteAddr, req.Host = "127.0.0.1:40000", "127.0.0.1:8787"
 	return req
 }
 

@@ -537,8 +537,29 @@ func TestPrepareTimezoneReachesClock(t *testing.T) {
 	}
 }
 
-// The development token warns only where others can reach the host.
-func TestDevTokenWarnsOffLoopback(t *testing.T) {
+// Without a token the host refuses to listen where others can reach it:
+// the development token is public (docs/failures.md).
+func TestNoTokenRefusedOffLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8787", ":8787", "10.0.0.5:8787", "chime-host:8787"} {
+		_, err := New(Config{Addr: addr, DataDir: t.TempDir()}, nil)
+		if err == nil || !strings.Contains(err.Error(), "CHIME_HOST_TOKEN") || !strings.Contains(err.Error(), addr) {
+			t.Errorf("%s without a token: %v, want a clear error naming CHIME_HOST_TOKEN", addr, err)
+		}
+	}
+	svc, err := New(Config{Addr: "0.0.0.0:8787", DataDir: t.TempDir(), Token: "s3cret"}, nil)
+	if err != nil {
+		t.Fatalf("explicit token beyond loopback: %v", err)
+	}
+	svc.Close()
+	svc, err = New(Config{Addr: "127.0.0.1:8787", DataDir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatalf("no token on loopback: %v", err)
+	}
+	svc.Close()
+}
+
+// loopbackAddr decides where the development token may serve.
+func TestLoopbackAddr(t *testing.T) {
 	for addr, want := range map[string]bool{"127.0.0.1:8787": true, "[::1]:8787": true, "localhost:1": true,
 		"0.0.0.0:8787": false, ":8787": false, "10.0.0.5:8787": false, "chime-host:8787": false, "bad": false} {
 		if got := loopbackAddr(addr); got != want {

@@ -42,6 +42,7 @@ func (s *Service) routes() http.Handler {
 	handle("GET "+hostapi.PathState, "state", s.authed(s.handleState))
 	handle("POST "+hostapi.PathResolve, "resolve", s.authed(s.handleResolve))
 	handle("POST "+hostapi.PathCancel, "cancel", s.authed(s.handleCancel))
+	handle("POST "+hostapi.PathFollowup, "followup", s.authed(s.handleFollowup))
 	handle("POST "+PathToolsExecute, "tools_execute", s.authed(s.handleToolsExecute))
 	handle("GET /healthz", "healthz", s.handleHealthz)
 	handle("GET /metrics", "metrics", s.metrics.Handler().ServeHTTP)
@@ -63,7 +64,7 @@ func (s *Service) routes() http.Handler {
 // knownMethods lets a wrong method get 405 instead of 404.
 var knownMethods = map[string]string{
 	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
-	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST",
+	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST",
 	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 
@@ -161,9 +162,37 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
 }
 
+// maxPrepareBody bounds a prepare body: MaxDirectivesPerRequest directives
+// of a few KB each fit many times over.
+const maxPrepareBody = 256 << 10
+
 func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
+	// Admission control (docs/failures.md): past MaxConcurrentPrepares the host
+	// answers at once, so the filter fails open early instead of timing
+	// out late with half the work done.
+	select {
+	case s.prepareSlots <- struct{}{}:
+		defer func() { <-s.prepareSlots }()
+	default:
+		s.metrics.PrepareShed.Inc()
+		s.shedLog.note(s, "prepare shed: too many in flight; the filter fails open", "inFlight", cap(s.prepareSlots))
+		writeError(w, http.StatusServiceUnavailable, "host busy: too many prepare calls in flight")
+		return
+	}
 	var req hostapi.PrepareRequest
-	if !decodeBody(w, r, &req) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrepareBody))
+	err := dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.log.Warn("prepare body over the limit refused; the filter fails open for that request", "limit", maxPrepareBody)
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("prepare body over %d KiB", maxPrepareBody>>10))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Prepare(r.Context(), req))

@@ -232,3 +232,38 @@ func TestRunReportsListenError(t *testing.T) {
 		t.Fatalf("Run on a taken port: %v", err)
 	}
 }
+
+// TestDashboardRefusesForeignHost: a loopback connection whose Host is not
+// a loopback name (a web page through a rebound DNS name) gets nothing
+// without the token; loopback names and configured ones are served
+// (docs/failures.md).
+func TestDashboardRefusesForeignHost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.DashboardHosts = []string{"chime.internal"} })
+	get := func(host, token string) int {
+		req := newRequest(http.MethodGet, "/api/sessions", nil)
+		req.Host = host
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return serve(f.svc, req).Code
+	}
+	for _, h := range []string{"evil.example", "evil.example:8787", "127.0.0.1.nip.io:8787", "10.0.0.1:8787", ""} {
+		if code := get(h, ""); code != http.StatusForbidden {
+			t.Errorf("Host %q without token: %d, want 403", h, code)
+		}
+		if code := get(h, testToken); code != http.StatusOK {
+			t.Errorf("Host %q with token: %d", h, code)
+		}
+	}
+	for _, h := range []string{"127.0.0.1:8787", "localhost:8787", "LOCALHOST", "[::1]:8787", "app.localhost", "chime.internal:8787", "127.0.0.2"} {
+		if code := get(h, ""); code != http.StatusOK {
+			t.Errorf("Host %q without token: %d, want 200", h, code)
+		}
+	}
+	req := newRequest(http.MethodGet, "/api/sessions/s1/tasks", nil)
+	req.Host = "evil.example"
+	if code := serve(f.svc, req).Code; code != http.StatusForbidden {
+		t.Errorf("tasks under a foreign Host: %d", code)
+	}
+}

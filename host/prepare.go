@@ -16,6 +16,9 @@ import (
 
 var errNoSession = errors.New("no session id on the request")
 
+// MaxDirectivesPerRequest is hostapi.MaxDirectivesPerRequest (docs/failures.md).
+const MaxDirectivesPerRequest = hostapi.MaxDirectivesPerRequest
+
 // Prepare is the request-path call of docs/architecture.md: it touches the session,
 // applies the directives in order, reserves the session's due reminders for
 // req.RequestID and tells the filter what to inject. A failing directive is
@@ -28,6 +31,11 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	sid := req.SessionID
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
+	}
+	if n := len(req.Directives) - MaxDirectivesPerRequest; n > 0 {
+		s.metrics.DirectivesIgnored.Add(float64(n))
+		s.log.Info("directives over the per-request cap ignored", "request", req.RequestID, "cap", MaxDirectivesPerRequest, "ignored", n)
+		req.Directives = req.Directives[:MaxDirectivesPerRequest]
 	}
 	for i, d := range req.Directives {
 		kind := directiveLabel(d.Kind)

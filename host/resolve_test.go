@@ -206,7 +206,7 @@ func TestResolveClockToolFollowup(t *testing.T) {
 			if id := fu.header.Get("X-Request-Id"); id != "req-1:tool1" {
 				t.Errorf("x-request-id %q", id)
 			}
-			if id, ok := hostapi.VerifyFollowupMarker(testToken, fu.header.Get(hostapi.HeaderFollowup)); !ok || id != "req-1:tool1" {
+			if id, ok := hostapi.VerifyFollowupMarker(testToken, fu.header.Get(hostapi.HeaderFollowup), t0); !ok || id != "req-1:tool1" {
 				t.Errorf("marker %q does not verify: %q %v", fu.header.Get(hostapi.HeaderFollowup), id, ok)
 			}
 			h := fu.header

@@ -67,8 +67,16 @@ type Service struct {
 	handler  http.Handler
 	resolver *resolve.Resolver
 
-	zones sync.Map // IANA name → *time.Location
+	zones   sync.Map // IANA name → *time.Location
+	markers markerLedger
 
+	prepareSlots chan struct{} // admission control of prepare calls
+	shedLog      periodicLog
+
+	// drain: every HTTP request holds it for reading; Close takes it for
+	// writing, so the store closes only after the requests in flight end,
+	// and later ones get 503 instead of storage errors.
+	drain     sync.RWMutex
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -80,9 +88,6 @@ var _ ToolExecutor = (*Service)(nil)
 // for, so prepare's mayContinue looks this much further ahead.
 const responseAllowance = 2 * time.Minute
 
-// devTokenWarning is logged once per process, however many services start.
-var devTokenWarning sync.Once
-
 // New opens the store in cfg.DataDir and wires the service. It starts
 // nothing: no NTP sync, no sweep, no listener.
 func New(cfg Config, logger *slog.Logger) (*Service, error) {
@@ -91,16 +96,13 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		logger = slog.Default()
 	}
 	if cfg.Token == "" {
-		cfg.Token = DevToken
-		// On loopback the development token is what a local start wants;
-		// reachable from elsewhere it is a secret everyone knows.
-		if loopbackAddr(cfg.Addr) {
-			logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
-		} else {
-			devTokenWarning.Do(func() {
-				logger.Warn("CHIME_HOST_TOKEN is not set; using the development token of the sample envoy.yaml on a non-loopback listener. Set a secret", "addr", cfg.Addr)
-			})
+		// The development token is public: fine where only this machine
+		// can connect, a key for everyone elsewhere (docs/failures.md).
+		if !loopbackAddr(cfg.Addr) {
+			return nil, fmt.Errorf("host: listening on %s (beyond loopback) needs a secret: set CHIME_HOST_TOKEN (and the same token in the filter's plugin configuration); the development token is only accepted on a loopback address", cfg.Addr)
 		}
+		cfg.Token = DevToken
+		logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
 	}
 	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
 	if err != nil {
@@ -127,6 +129,8 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+
+		prepareSlots: make(chan struct{}, cfg.MaxConcurrentPrepares),
 	}
 	s.timers, err = timers.New(timers.Config{
 		Store: store, Clock: hostClock, Mono: cfg.Clock,
@@ -146,7 +150,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	s.handler = s.routes()
+	s.handler = s.draining(s.routes())
 	return s, nil
 }
 
@@ -216,12 +220,27 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 // call more than once.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
+		s.drain.Lock() // never released: the service is closed
 		if err := s.touches.Flush(); err != nil {
 			s.log.Warn("host: final session touch flush failed", "err", err)
 		}
 		s.closeErr = s.store.Close()
 	})
 	return s.closeErr
+}
+
+// draining lets requests through while the service is open and answers
+// 503 once Close has begun (docs/failures.md: prepare during shutdown must not
+// reach a closed store).
+func (s *Service) draining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.drain.TryRLock() {
+			writeError(w, http.StatusServiceUnavailable, "host is shutting down")
+			return
+		}
+		defer s.drain.RUnlock()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // now is host time with the NTP offset (docs/time.md#time-tag).

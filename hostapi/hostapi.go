@@ -10,8 +10,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/chimehq/chime/llm"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/chimehq/chime/llm"
 )
 
 // The filter ↔ host API (docs/architecture.md). The filter calls these endpoints on the
@@ -25,10 +28,13 @@ const (
 	PathState    = "/v1/filter/state"    // GET → StateResponse (the filter's tick)
 	PathResolve  = "/v1/filter/resolve"  // ResolveRequest → ResolveResponse (response path, docs/architecture.md)
 	PathCancel   = "/v1/filter/cancel"   // OutcomeRequest → 204: the client of that request went away
+	// PathFollowup: FollowupRequest → 204 the first time a valid marker is
+	// shown, 403 for an invalid, expired or already used one (docs/failures.md).
+	PathFollowup = "/v1/filter/followup"
 )
 
 // HeaderFollowup marks a request the host sent back through the proxy
-// listener. Its value is FollowupMarker(token, requestID); the filter lets
+// listener. Its value is FollowupMarker(token, requestID, now); the filter lets
 // such a request through untouched and removes the header before it leaves.
 const HeaderFollowup = "x-chime-followup"
 
@@ -53,6 +59,12 @@ type HostDirective struct {
 	// (docs/directives.md).
 	Position int `json:"position"`
 }
+
+// MaxDirectivesPerRequest bounds the work one prepare does: the filter
+// sends at most this many directives of a request and the host applies at
+// most this many; the rest are counted and ignored (docs/failures.md). A person
+// types a handful; 1 000 are an attack on the host.
+const MaxDirectivesPerRequest = 32
 
 // PrepareRequest is what the filter knows once the request body is in.
 type PrepareRequest struct {
@@ -155,30 +167,56 @@ type StateResponse struct {
 	NTP   NTPInfo `json:"ntp"`
 }
 
+// FollowupMarkerTTL is how long a followup marker is valid: it is checked
+// as the followup reaches the proxy, moments after the host signed it.
+// Expiry is counted in whole minutes, so a marker lives 2 to 3 minutes.
+const FollowupMarkerTTL = 2 * time.Minute
+
 // FollowupMarker is the HeaderFollowup value for a followup of requestID:
-// the id and an HMAC-SHA256 over it keyed by the shared token, so the token
-// itself never travels and a client cannot forge a followup.
-func FollowupMarker(token, requestID string) string {
-	return requestID + "." + followupMAC(token, requestID)
+// `<id>.<expiry>.<mac>`, the expiry in Unix minutes and the MAC an
+// HMAC-SHA256 over id and expiry keyed by the shared token, so the token
+// itself never travels, a client cannot forge a followup, and a captured
+// marker dies within minutes. The host accepts each marker once
+// (PathFollowup), so it cannot be replayed either (docs/failures.md).
+func FollowupMarker(token, requestID string, now time.Time) string {
+	exp := strconv.FormatInt(now.Add(FollowupMarkerTTL).Unix()/60+1, 10)
+	return requestID + "." + exp + "." + followupMAC(token, requestID+"."+exp)
 }
 
-// VerifyFollowupMarker checks a HeaderFollowup value and returns the
-// request id it carries.
-func VerifyFollowupMarker(token, value string) (requestID string, ok bool) {
+// VerifyFollowupMarker checks a HeaderFollowup value's MAC and expiry at
+// now and returns the request id it carries.
+func VerifyFollowupMarker(token, value string, now time.Time) (requestID string, ok bool) {
+	if token == "" {
+		return "", false
+	}
 	i := strings.LastIndexByte(value, '.')
-	if i <= 0 || token == "" {
+	if i <= 0 {
 		return "", false
 	}
-	id, mac := value[:i], value[i+1:]
-	if !hmac.Equal([]byte(mac), []byte(followupMAC(token, id))) {
+	signed, mac := value[:i], value[i+1:]
+	j := strings.LastIndexByte(signed, '.')
+	if j <= 0 {
 		return "", false
 	}
-	return id, true
+	exp, err := strconv.ParseInt(signed[j+1:], 10, 64)
+	if err != nil || !hmac.Equal([]byte(mac), []byte(followupMAC(token, signed))) {
+		return "", false
+	}
+	if now.Unix() >= exp*60 {
+		return "", false
+	}
+	return signed[:j], true
 }
 
-func followupMAC(token, requestID string) string {
+// FollowupRequest is the body of PathFollowup: the filter asks the host
+// to accept a followup marker, which it does once.
+type FollowupRequest struct {
+	Marker string `json:"marker"`
+}
+
+func followupMAC(token, signed string) string {
 	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(requestID))
+	m.Write([]byte(signed))
 	return hex.EncodeToString(m.Sum(nil))
 }
 

@@ -1,30 +1,62 @@
 package hostapi
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chimehq/chime/llm"
 )
 
 func TestFollowupMarker(t *testing.T) {
-	m := FollowupMarker("secret", "req-1:stop")
-	id, ok := VerifyFollowupMarker("secret", m)
-	if !ok || id != "req-1:stop" {
-		t.Fatalf("valid marker rejected: %q %v", id, ok)
+	now := time.Date(2026, 2, 2, 21, 22, 38, 0, time.UTC)
+	m := FollowupMarker("secret", "req-1:stop", now)
+	for _, at := range []time.Time{now, now.Add(-time.Hour), now.Add(FollowupMarkerTTL)} {
+		id, ok := VerifyFollowupMarker("secret", m, at)
+		if !ok || id != "req-1:stop" {
+			t.Fatalf("valid marker rejected at %v: %q %v", at, id, ok)
+		}
+	}
+	// The expiry is bound: a marker dies within minutes and cannot be
+	// given a later expiry without the token.
+	if _, ok := VerifyFollowupMarker("secret", m, now.Add(FollowupMarkerTTL+time.Minute)); ok {
+		t.Error("expired marker accepted")
+	}
+	i := strings.LastIndexByte(m, '.')
+	j := strings.LastIndexByte(m[:i], '.')
+	if _, ok := VerifyFollowupMarker("secret", m[:j]+".99999999999"+m[i:], now); ok {
+		t.Error("marker with a changed expiry accepted")
 	}
 	for _, bad := range []string{
-		FollowupMarker("other", "req-1:stop"),                // wrong token
-		"req-1:stop." + m[len("req-1:stop."):len(m)-1] + "0", // tampered MAC
-		"req-2:stop" + m[len("req-1:stop"):],                 // MAC of another id
-		"", ".", "nodot",
+		FollowupMarker("other", "req-1:stop", now), // wrong token
+		m[:len(m)-1] + "0",                         // tampered MAC
+		"req-2:stop" + m[len("req-1:stop"):],       // MAC of another id
+		m[:j] + m[i:],                              // no expiry
+		"", ".", "nodot", "a.b", "a.1.", ".1." + m[i+1:],
 	} {
-		if _, ok := VerifyFollowupMarker("secret", bad); ok {
+		if _, ok := VerifyFollowupMarker("secret", bad, now); ok {
 			t.Errorf("forged marker %q accepted", bad)
 		}
 	}
-	if _, ok := VerifyFollowupMarker("", FollowupMarker("", "x")); ok {
+	if _, ok := VerifyFollowupMarker("", FollowupMarker("", "x", now), now); ok {
 		t.Error("an empty token must never authenticate a followup")
 	}
+}
+
+// FuzzVerifyFollowupMarker: the marker is untrusted header input; only a
+// value FollowupMarker made verifies.
+func FuzzVerifyFollowupMarker(f *testing.F) {
+	now := time.Date(2026, 2, 2, 21, 22, 38, 0, time.UTC)
+	f.Add(FollowupMarker("secret", "req-1:stop1", now))
+	f.Add("req-1.abc")
+	f.Add("a.1.b")
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, v string) {
+		id, ok := VerifyFollowupMarker("secret", v, now)
+		if ok && v != FollowupMarker("secret", id, now) && !strings.HasPrefix(v, id+".") {
+			t.Fatalf("%q verified as %q", v, id)
+		}
+	})
 }
 
 // TestDirectiveKind: every directive the grammar knows maps to the kind the

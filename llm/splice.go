@@ -94,6 +94,12 @@ func (s *Splicer) Add(ev Event, forwarded bool) {
 	if !forwarded {
 		return
 	}
+	// A start event the client got counts even when its data is not
+	// JSON (no KindStart): the client's stream has started, and a second
+	// start would break it (docs/failures.md).
+	if (s.p == Messages && ev.Type == "message_start") || (s.p == Responses && ev.Type == "response.created") {
+		s.started = true
+	}
 	switch s.p {
 	case Chat:
 		if !s.started && ev.Type == "chat.completion.chunk" {

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 )
@@ -153,5 +154,29 @@ func TestSpliceOpenItems(t *testing.T) {
 		checkFraming(t, p, got)
 		turn, _ := buildTurn(got)
 		assertSameTurn(t, turn, Merge(orig, cont))
+	}
+}
+
+// TestSpliceMalformedStartOnce: an upstream whose start event is not
+// valid JSON still started the client's stream when it was forwarded; the
+// continuation must not start it again (docs/failures.md: one start event, always).
+func TestSpliceMalformedStartOnce(t *testing.T) {
+	orig := &Turn{ID: "o", Model: "m", Text: "Step one done.", Finish: Finish{Reason: FinishStop}, Usage: Usage{10, 3}}
+	cont := &Turn{Text: "Now step two.", Finish: Finish{Reason: FinishStop}, Usage: Usage{20, 6}}
+	for p, start := range map[Protocol]string{Messages: "message_start", Responses: "response.created"} {
+		stream := RenderSSE(p, orig, RenderOptions{ChunkBytes: 5})
+		evs := mustRead(t, p, stream)
+		if evs[0].Type != start {
+			t.Fatalf("%s: first event %q", p, evs[0].Type)
+		}
+		// The start event's data cut short: not JSON any more.
+		bad := []byte("event: " + start + "\ndata: {\"type\":\"" + start + "\",\"broken\n\n")
+		malformed := append(bad, stream[len(evs[0].Raw):]...)
+		for limit := 1; limit <= len(evs); limit++ {
+			client := filterSplice(t, p, malformed, limit, nil, cont)
+			if n := bytes.Count(client, []byte("event: "+start+"\n")); n != 1 {
+				t.Fatalf("%s, %d forwarded: %d %s events, want 1:\n%s", p, limit, n, start, client)
+			}
+		}
 	}
 }

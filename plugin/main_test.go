@@ -155,7 +155,7 @@ func TestModuleRunsRequestsUnderEnvoy138(t *testing.T) {
 			t.Fatalf("request %d: %d prepare calls", i, len(calls))
 		}
 		var prep prepareBody
-		if err := json.Unmarshal(calls[0].body, &prep); err != nil || prep.Protocol != "responses" || prep.RequestID != id ||
+		if err := json.Unmarshal(calls[0].body, &prep); err != nil || prep.Protocol != "responses" || len(prep.RequestID) != 32 || prep.RequestID == id ||
 			len(prep.Directives) != 1 || prep.Directives[0].Route != "fast" {
 			t.Fatalf("request %d: prepare body %s (%v)", i, calls[0].body, err)
 		}

@@ -107,15 +107,25 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 	s.host.handle(hostapi.PathPrepare, func(w http.ResponseWriter, _ *http.Request, _ []byte) {
 		io.WriteString(w, `{"ntp":{"status":"ok","offsetMs":0},"tools":["clock"]}`)
 	})
+	// Resolves are keyed by the filter's own request id (docs/failures.md), which
+	// the test learns when the call arrives; each waits for its answer.
 	resolveArrived := make(chan string, 2)
-	answers := map[string]chan string{"r2": make(chan string, 1), "r3": make(chan string, 1)}
+	var answersMu sync.Mutex
+	answers := map[string]chan string{}
+	answer := func(rid string) chan string {
+		answersMu.Lock()
+		defer answersMu.Unlock()
+		if answers[rid] == nil {
+			answers[rid] = make(chan string, 1)
+		}
+		return answers[rid]
+	}
 	s.host.handle(hostapi.PathResolve, func(w http.ResponseWriter, _ *http.Request, body []byte) {
 		var req hostapi.ResolveRequest
 		json.Unmarshal(body, &req)
+		ch := answer(req.RequestID)
 		resolveArrived <- req.RequestID
-		if ch := answers[req.RequestID]; ch != nil {
-			io.WriteString(w, <-ch)
-		}
+		io.WriteString(w, <-ch)
 	})
 	cancels := make(chan []byte, 2)
 	s.host.handle(hostapi.PathCancel, func(w http.ResponseWriter, _ *http.Request, body []byte) {
@@ -125,7 +135,7 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 
 	// stream sends one streaming request and returns the response once the
 	// client has the text before the call and the host has the resolve.
-	stream := func(ctx context.Context, id string) (*http.Response, hostapi.ResolveRequest) {
+	stream := func(ctx context.Context, id string) (*http.Response, hostapi.ResolveRequest, string) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/v1/messages",
 			strings.NewReader(`{"model":"m","max_tokens":99,"stream":true,"messages":[{"role":"user","content":"time?"}]}`))
@@ -146,10 +156,11 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 			t.Fatalf("stream %s: mid-stream the client has %q (%v), want the text so far %q", id, got, err, early)
 		}
 		close(up.gate(id))
+		var rid string
 		select {
-		case rid := <-resolveArrived:
-			if rid != id {
-				t.Fatalf("resolve for %s, want %s", rid, id)
+		case rid = <-resolveArrived:
+			if rid == id || len(rid) != 32 {
+				t.Fatalf("resolve for %q: not the filter's own id for client id %s", rid, id)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("stream %s: no resolve call\nlog:\n%s", id, s.logs.dump())
@@ -166,12 +177,12 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 			rr.Turn == nil || rr.Turn.Text != orig.Text || len(rr.Turn.ToolCalls) != 1 || !rr.Streaming {
 			t.Fatalf("stream %s: resolve call %s", id, calls[len(calls)-1].body)
 		}
-		return resp, rr
+		return resp, rr, rid
 	}
 
 	// Stream r2: the host continues; the client gets one spliced turn.
-	resp, _ := stream(context.Background(), "r2")
-	answers["r2"] <- string(mustJSON(t, hostapi.ResolveResponse{Continued: true, Continuation: cont, Hops: 1}))
+	resp, _, rid2 := stream(context.Background(), "r2")
+	answer(rid2) <- string(mustJSON(t, hostapi.ResolveResponse{Continued: true, Continuation: cont, Hops: 1}))
 	rest, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
@@ -209,18 +220,18 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 
 	// Stream r3: the client goes away while the host holds.
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, _ = stream(ctx, "r3")
+	resp, _, rid3 := stream(ctx, "r3")
 	cancel()
 	resp.Body.Close()
 	select {
 	case body := <-cancels:
-		if string(body) != `{"requestId":"r3"}` {
+		if string(body) != `{"requestId":"`+rid3+`"}` {
 			t.Fatalf("cancel %s, want one for r3", body)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no cancel after the client left\nlog:\n%s", s.logs.dump())
 	}
-	answers["r3"] <- `{"continued":false}` // late: must touch nothing
+	answer(rid3) <- `{"continued":false}` // late: must touch nothing
 	// A later request on the same VM: the late answer was delivered
 	// before this one's own calls finished.
 	if r, _ := s.post(http.DefaultClient, "/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"hi"}]}`)); r.StatusCode != 200 {
@@ -230,7 +241,7 @@ func TestModuleSplicesServerToolCall(t *testing.T) {
 		t.Errorf("%d cancels, want 1", n)
 	}
 	for _, r := range s.logs.guest(slog.LevelDebug - 4) {
-		if strings.Contains(r.Msg, "request r3: resolved") {
+		if strings.Contains(r.Msg, "request "+rid3+": resolved") {
 			t.Errorf("the late answer reached a finished stream: %s", r.Msg)
 		}
 	}

@@ -44,6 +44,10 @@ func (f *hostFlags) service() (*host.Service, host.Config, error) {
 	if err != nil {
 		return nil, cfg, err
 	}
+	return newService(cfg)
+}
+
+func newService(cfg host.Config) (*host.Service, host.Config, error) {
 	logger := newLogger()
 	for _, w := range cfg.Warnings() {
 		logger.Warn("host config: " + w)

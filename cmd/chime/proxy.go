@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	"github.com/spf13/cobra"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/chimehq/chime/envoy"
 )
@@ -20,6 +22,7 @@ type proxyFlags struct {
 	cacheDir    string
 	concurrency int
 	upstream    string // set by `chime up --upstream`
+	token       string // set by `chime up`: the host token for the chime filter
 }
 
 // register adds the flags; configFlag is "config" for `chime proxy` (like
@@ -40,7 +43,22 @@ func (f *proxyFlags) start(ctx context.Context) (*envoy.Server, error) {
 		Workers:          f.concurrency,
 		Logger:           newLogger(),
 		UpstreamOverride: f.upstream,
+		PluginConfiguration: func(rootID string, config []byte) ([]byte, error) {
+			if f.token == "" || !isChimeFilter(rootID, config) {
+				return config, nil
+			}
+			return sjson.SetBytes(config, "token", f.token)
+		},
 	})
+}
+
+// isChimeFilter tells the chime filter's configuration among the wasm
+// filters of envoy.yaml: root_id chime, or a JSON object with hostCluster.
+func isChimeFilter(rootID string, config []byte) bool {
+	if rootID == "chime" {
+		return true
+	}
+	return gjson.ValidBytes(config) && gjson.GetBytes(config, "hostCluster").Exists()
 }
 
 func defaultCacheDir() string {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/chimehq/chime/host"
 	"github.com/chimehq/chime/mockllm"
 )
 
@@ -36,7 +38,24 @@ func newUpCommand() *cobra.Command {
 			}
 			errc := make(chan error, 2)
 
-			svc, hcfg, err := hostF.service()
+			hcfg, err := hostF.hostConfig()
+			if err != nil {
+				return err
+			}
+			// No public default secret: without CHIME_HOST_TOKEN both sides
+			// get the data dir's own random token (docs/failures.md).
+			if hcfg.Token == "" {
+				tok, created, err := host.LoadOrCreateToken(hcfg.DataDir)
+				if err != nil {
+					return err
+				}
+				if created {
+					newLogger().Info("host token generated", "file", filepath.Join(hcfg.DataDir, host.TokenFile))
+				}
+				hcfg.Token = tok
+			}
+			proxy.token = hcfg.Token
+			svc, hcfg, err := newService(hcfg)
 			if err != nil {
 				return err
 			}

@@ -1022,3 +1022,26 @@ func TestUpstreamServiceTime(t *testing.T) {
 		t.Errorf("a direct response has x-envoy-upstream-service-time %q", v)
 	}
 }
+
+// TestRequestHeadersOver60KiBRefused: like Envoy's default
+// max_request_headers_kb, a request whose headers exceed 60 KiB gets 431
+// and never reaches a filter or the upstream (docs/failures.md).
+func TestRequestHeadersOver60KiBRefused(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}})
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{50 << 10, http.StatusOK}, {61 << 10, http.StatusRequestHeaderFieldsTooLarge}, {100 << 10, http.StatusRequestHeaderFieldsTooLarge}} {
+		req, _ := http.NewRequest("GET", e.url+"/v1/models", nil)
+		req.Header.Set("X-Chime-Session", strings.Repeat("s", tc.size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%d B header: %v", tc.size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%d B header: %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
+	}
+}

@@ -115,6 +115,9 @@ func Listen(opt Options) (*Server, error) {
 				ctx = context.WithValue(ctx, connIDKey{}, connIDs.Add(1))
 				return context.WithValue(ctx, workerKey{}, w)
 			},
+			// Envoy's default max_request_headers_kb: 60 KiB of headers, else
+			// 431 (docs/failures.md). net/http allows MaxHeaderBytes plus 4 KiB.
+			MaxHeaderBytes: maxRequestHeaderBytes - 4<<10,
 		}
 		s.listeners = append(s.listeners, l)
 		s.wg.Add(1)
@@ -125,6 +128,9 @@ func Listen(opt Options) (*Server, error) {
 	}
 	return s, nil
 }
+
+// maxRequestHeaderBytes is Envoy's default HCM max_request_headers_kb.
+const maxRequestHeaderBytes = 60 << 10
 
 // Addr returns the bound address of the named listener ("" if unknown).
 func (s *Server) Addr(name string) string {

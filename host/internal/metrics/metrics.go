@@ -53,6 +53,15 @@ type Metrics struct {
 	// with RegisterGaugeFunc.
 	TimerNotices  prometheus.Counter
 	TimerLateness prometheus.Histogram
+	// FollowupMarkersRefused counts followup markers refused as invalid,
+	// expired or replayed (docs/failures.md).
+	FollowupMarkersRefused prometheus.Counter
+	// DirectivesIgnored counts directives of a prepare beyond the
+	// per-request cap, not applied (docs/failures.md).
+	DirectivesIgnored prometheus.Counter
+	// PrepareShed counts prepare calls answered at once with 503 because
+	// too many were in flight: the filter fails open (docs/failures.md).
+	PrepareShed prometheus.Counter
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -95,6 +104,15 @@ func New(snapshot func() ntp.State) *Metrics {
 			Name: "chime_followup_failures_total",
 			Help: "Followups that failed, by kind (tool, stop, hold) and code (HTTP status, none, unsent).",
 		}, []string{"kind", "code"}),
+		FollowupMarkersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_followup_markers_refused_total", Help: "Followup markers refused as invalid, expired or already used.",
+		}),
+		DirectivesIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_directives_ignored_total", Help: "Directives of one request beyond the per-request cap, not applied.",
+		}),
+		PrepareShed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_prepare_shed_total", Help: "Prepare calls refused at once because too many were in flight (the filter fails open).",
+		}),
 	}
 	m.TimerNotices = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chime_timer_notices_total", Help: "Background timer completions queued for their session.",
@@ -106,7 +124,7 @@ func New(snapshot func() ntp.State) *Metrics {
 	})
 	r.MustRegister(m.TimerNotices, m.TimerLateness)
 	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
-		m.Followups, m.Chains, m.Holds, m.FollowupFailures,
+		m.Followups, m.Chains, m.Holds, m.FollowupFailures, m.FollowupMarkersRefused, m.DirectivesIgnored, m.PrepareShed,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

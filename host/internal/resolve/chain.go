@@ -172,7 +172,7 @@ func (c *chain) post(id string, body []byte) (*llm.Turn, int, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("X-Request-Id", id)
-	req.Header.Set(hostapi.HeaderFollowup, hostapi.FollowupMarker(cfg.Token, id))
+	req.Header.Set(hostapi.HeaderFollowup, hostapi.FollowupMarker(cfg.Token, id, cfg.Clock.Now()))
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
 		c.r.log.Debug("followup got no answer", "request", id, "err", err)

@@ -37,6 +37,10 @@ const (
 	// MetricMalformed counts bodies forwarded unmodified because they do
 	// not parse (docs/failures.md).
 	MetricMalformed = "chime_malformed_requests_total"
+	// MetricDirectivesDropped counts directives stripped but not sent to
+	// the host: malformed (too large among them) or past the per-request
+	// cap (docs/failures.md).
+	MetricDirectivesDropped = "chime_directives_dropped_total"
 	// MetricResolves counts resolve calls sent (docs/architecture.md#response-path).
 	MetricResolves = "chime_resolves_total"
 	// MetricResolveFailures counts resolves that failed or could not be
@@ -76,7 +80,14 @@ type pluginContext struct {
 	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
 	zones map[string]*time.Location
 
+	// failOpens counts requests failed open since the last info line;
+	// failOpenReason is the latest one's reason (noteFailOpen).
+	failOpens      int
+	failOpenReason string
+	failOpenLogged time.Time
+
 	requests, hostFailures, failOpen, malformed counter
+	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter
 }
 
@@ -129,6 +140,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.hostFailures = defineCounter(MetricHostCallFailures)
 	p.failOpen = defineCounter(MetricFailOpen)
 	p.malformed = defineCounter(MetricMalformed)
+	p.directivesDropped = defineCounter(MetricDirectivesDropped)
 	p.resolves = defineCounter(MetricResolves)
 	p.resolveFailures = defineCounter(MetricResolveFailures)
 	p.serverToolCalls = defineCounter(MetricServerToolCalls)
@@ -184,8 +196,11 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 	}
 	loc, err := llm.LoadTimezone(header)
 	if err != nil {
-		proxywasm.LogDebugf("chime: ignoring %s: %v", hostapi.HeaderTimezone, err)
-		return p.defaultZone
+		// Said once per value (the fallback is cached below): the tag's tz
+		// shows the zone used, and the log says why it is not the client's.
+		name := header[:min(len(header), 64)]
+		proxywasm.LogInfof("chime: unknown %s %q; the time tag uses %s", hostapi.HeaderTimezone, name, p.defaultZone)
+		loc = p.defaultZone
 	}
 	if len(p.zones) >= maxCachedZones {
 		clear(p.zones)

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -236,7 +237,11 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 					t.Errorf("prepare header %s = %q, want %q", key, got, want)
 				}
 			}
-			want := hostapi.PrepareRequest{RequestID: "req-1", Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
+			// The filter's own id, never the client's x-request-id "req-1" (docs/failures.md).
+			if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(prep.RequestID) {
+				t.Fatalf("request id %q is not the filter's own", prep.RequestID)
+			}
+			want := hostapi.PrepareRequest{RequestID: prep.RequestID, Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
 				Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
 			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
 				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
@@ -538,29 +543,64 @@ func TestMalformedBodiesForwardUnmodified(t *testing.T) {
 func TestFollowupMarker(t *testing.T) {
 	e := newEnv(t, `{"token":"s3cret"}`)
 	body := `{"messages":[{"role":"user","content":"<**stopMessage:\"x\"**> keep"}]}`
+	marker := hostapi.FollowupMarker("s3cret", "req-0:stop", wall)
 
-	valid := reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-0:stop")})
-	id := e.h.InitializeHttpContext()
-	if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionContinue {
-		t.Fatalf("headers action %v", got)
+	// followup sends one with a valid marker and returns its stream and
+	// the host's marker check.
+	followup := func() (uint32, proxytest.HttpCall) {
+		t.Helper()
+		valid := reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, marker})
+		id := e.h.InitializeHttpContext()
+		if got := e.h.CallOnRequestHeaders(id, valid, false); got != proxywasm.ActionPause {
+			t.Fatalf("headers action %v: the followup must wait for the host's marker check", got)
+		}
+		wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == hostapi.HeaderFollowup })
+		if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
+			t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
+		}
+		if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionPause {
+			t.Fatalf("body action %v before the marker check", got)
+		}
+		checks := e.calls(hostapi.PathFollowup)
+		c := checks[len(checks)-1]
+		if string(c.Body) != string(must(json.Marshal(hostapi.FollowupRequest{Marker: marker}))) {
+			t.Fatalf("marker check body %s", c.Body)
+		}
+		return id, c
 	}
-	wantHeaders := slices.DeleteFunc(slices.Clone(valid), func(kv [2]string) bool { return kv[0] == hostapi.HeaderFollowup })
-	if got := e.h.GetRequestHeaders(id); !slices.Equal(got, wantHeaders) {
-		t.Fatalf("followup headers = %q, want %q", got, wantHeaders)
-	}
-	if got := e.h.CallOnRequestBody(id, []byte(body), true); got != proxywasm.ActionContinue {
-		t.Fatalf("body action %v", got)
+
+	// Accepted: the request passes untouched, with no other host call.
+	id, c := followup()
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "204"}}, nil, nil)
+	if e.h.ResumedRequest(id) != 1 || e.h.GetLocalResponse(id) != nil {
+		t.Fatal("accepted followup not resumed")
 	}
 	if got := string(e.h.GetSentRequestBody(id)); got != body {
 		t.Fatalf("followup body changed: %s", got)
 	}
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
 	e.h.CompleteHttpContext(id)
-	if n := len(e.h.GetHttpCalls()); n != 0 {
-		t.Fatalf("followup made %d host calls", n)
+	if n := len(e.h.GetHttpCalls()); n != 1 {
+		t.Fatalf("followup made %d host calls, want the marker check only", n)
 	}
 
-	for _, forged := range []string{hostapi.FollowupMarker("guess", "req-0"), "req-0.abc", "x"} {
+	// Replayed: the host refuses the marker; the request gets 403 and
+	// never reaches the provider.
+	id, c = followup()
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "403"}}, []byte(`{"error":"used"}`), nil)
+	if lr := e.h.GetLocalResponse(id); lr == nil || lr.StatusCode != 403 || e.h.ResumedRequest(id) != 0 {
+		t.Fatalf("replayed marker: local response %+v, resumed %d", lr, e.h.ResumedRequest(id))
+	}
+
+	// The host cannot be asked: fail open lets the genuine marker pass.
+	id, c = followup()
+	e.h.CallOnHttpCallResponse(c.ID, nil, nil, nil)
+	if e.h.ResumedRequest(id) != 1 || string(e.h.GetSentRequestBody(id)) != body {
+		t.Fatal("followup not passed when the host did not answer (fail open)")
+	}
+
+	expired := hostapi.FollowupMarker("s3cret", "req-0", wall.Add(-hostapi.FollowupMarkerTTL-2*time.Minute))
+	for _, forged := range []string{hostapi.FollowupMarker("guess", "req-0", wall), expired, "req-0.abc", "x"} {
 		id := e.send(llm.Chat, body, [2]string{hostapi.HeaderFollowup, forged})
 		if _, ok := header(e.h.GetRequestHeaders(id), hostapi.HeaderFollowup); ok {
 			t.Fatalf("forged marker %q forwarded", forged)
@@ -571,11 +611,14 @@ func TestFollowupMarker(t *testing.T) {
 			t.Fatalf("forged marker %q: request not treated as normal: %s", forged, got)
 		}
 	}
+	if n := len(e.calls(hostapi.PathFollowup)); n != 3 {
+		t.Fatalf("%d marker checks, want 3: forged or expired markers are not sent to the host", n)
+	}
 }
 
 func TestNoTokenNeverTrustsAMarker(t *testing.T) {
 	e := newEnv(t, "")
-	e.send(llm.Chat, `{"messages":[]}`, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("", "r")})
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("", "r", wall)})
 	if len(e.calls(hostapi.PathPrepare)) != 1 {
 		t.Fatal("a marker was trusted without a token")
 	}
@@ -584,8 +627,26 @@ func TestNoTokenNeverTrustsAMarker(t *testing.T) {
 	}
 }
 
+// prepareIDs names the request id of the n-th prepare call "req-<n>", so
+// tests can compare the filter's random ids.
+func (e *env) prepareIDs() map[string]string {
+	names := map[string]string{}
+	for i, c := range e.calls(hostapi.PathPrepare) {
+		var prep hostapi.PrepareRequest
+		if err := json.Unmarshal(c.Body, &prep); err != nil {
+			e.t.Fatal(err)
+		}
+		names[prep.RequestID] = fmt.Sprintf("req-%d", i+1)
+	}
+	return names
+}
+
+// outcomes lists the commit and rollback calls as "<path> req-<n>", n the
+// prepare call of the id (see prepareIDs); an id no prepare sent is shown
+// as is.
 func outcomes(e *env) []string {
 	var out []string
+	names := e.prepareIDs()
 	for _, c := range e.h.GetHttpCalls() {
 		p, _ := header(c.Headers, ":path")
 		if p == hostapi.PathCommit || p == hostapi.PathRollback {
@@ -593,7 +654,11 @@ func outcomes(e *env) []string {
 			if err := json.Unmarshal(c.Body, &o); err != nil {
 				e.t.Fatal(err)
 			}
-			out = append(out, p+" "+o.RequestID)
+			name, ok := names[o.RequestID]
+			if !ok {
+				name = o.RequestID
+			}
+			out = append(out, p+" "+name)
 		}
 	}
 	return out
@@ -808,5 +873,126 @@ func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
 		if e.h.ResumedResponse(id) != 1 {
 			t.Fatalf("response resumed %d times after the acknowledgement", e.h.ResumedResponse(id))
 		}
+	}
+}
+
+// TestClientRequestIDIsNotAKey: two sessions sending the same x-request-id
+// get ids of their own, so one's rollback or cancel cannot touch the
+// other's reservation or chain (docs/failures.md).
+func TestClientRequestIDIsNotAKey(t *testing.T) {
+	e := newEnv(t, `{"token":"tok"}`)
+	same := [2]string{"x-request-id", "same"}
+	a := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, same, [2]string{"x-session-id", "sess-a"})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"a\"]", Reserved: true})
+	_, prepA := e.lastPrepare()
+	b := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, same, [2]string{"x-session-id", "sess-b"})
+	e.answer(hostapi.PrepareResponse{NTP: ntp(0), Reminders: "[scheduled task:\"b\"]", Reserved: true})
+	_, prepB := e.lastPrepare()
+	if prepA.RequestID == "same" || prepB.RequestID == "same" || prepA.RequestID == prepB.RequestID {
+		t.Fatalf("request ids %q and %q: the client's id is a key", prepA.RequestID, prepB.RequestID)
+	}
+	e.forwarded(a)
+	e.forwarded(b)
+	// b's upstream fails: only b's reservation is rolled back.
+	e.h.CallOnResponseHeaders(b, [][2]string{{":status", "500"}}, false)
+	e.h.CallOnResponseHeaders(a, [][2]string{{":status", "200"}}, false)
+	want := []string{hostapi.PathRollback + " req-2", hostapi.PathCommit + " req-1"}
+	if got := outcomes(e); !slices.Equal(got, want) {
+		t.Fatalf("outcomes %q, want %q", got, want)
+	}
+}
+
+// TestFailOpenLoggedAtInfoWithCount: failing open is reported at info, the
+// first time at once and then once a minute with the count since the last
+// line, not once per request (docs/failures.md).
+func TestFailOpenLoggedAtInfoWithCount(t *testing.T) {
+	now := wall
+	h := proxytest.NewHost(proxytest.Options{
+		VMContext: vmContext{now: func() time.Time { return now }},
+		Clusters:  []string{"chime_host"},
+	})
+	if !h.StartPlugin() {
+		t.Fatal("plugin did not start")
+	}
+	e := &env{t, h}
+	infos := func() []string {
+		var out []string
+		for _, l := range h.GetLogs(proxywasm.LogLevelInfo) {
+			if strings.Contains(l, "failed open") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for range 3 {
+		e.send(llm.Chat, `{"messages":[]}`)
+		e.fail([][2]string{{":status", "503"}}, `{"error":"host busy"}`)
+	}
+	if got := infos(); len(got) != 1 || !strings.Contains(got[0], "1 request(s) failed open") || !strings.Contains(got[0], "503") {
+		t.Fatalf("after 3 fail-opens: %q, want one info line for the first", got)
+	}
+	now = now.Add(61 * time.Second)
+	h.Tick()
+	if got := infos(); len(got) != 2 || !strings.Contains(got[1], "2 request(s) failed open") {
+		t.Fatalf("after a minute: %q, want a line counting the other 2", got)
+	}
+	h.Tick()
+	if got := infos(); len(got) != 2 {
+		t.Fatalf("a tick with nothing new logged again: %q", got)
+	}
+}
+
+// TestUnknownTimezoneSaidOnce: an x-chime-timezone that names no zone is
+// not silently UTC: it is logged at info, once per value (docs/failures.md).
+func TestUnknownTimezoneSaidOnce(t *testing.T) {
+	e := newEnv(t, "")
+	said := func() int {
+		n := 0
+		for _, l := range e.h.GetLogs(proxywasm.LogLevelInfo) {
+			if strings.Contains(l, `unknown x-chime-timezone "Mars/Olympus"`) && strings.Contains(l, "uses UTC") {
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		id := e.send(llm.Chat, `{"messages":[{"role":"user","content":"q"}]}`, [2]string{hostapi.HeaderTimezone, "Mars/Olympus"})
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0)})
+		if body := e.forwarded(id); !strings.Contains(body, "tz=`UTC`") {
+			t.Fatalf("tag not in the default zone: %s", body)
+		}
+	}
+	if n := said(); n != 1 {
+		t.Fatalf("unknown zone said %d times, want once", n)
+	}
+}
+
+// TestDirectivesDroppedAreCountedAndLogged: a directive too large to parse
+// and those past the per-request cap are stripped, not sent to the host,
+// counted and logged once for the request (docs/failures.md).
+func TestDirectivesDroppedAreCountedAndLogged(t *testing.T) {
+	e := newEnv(t, "")
+	var text strings.Builder
+	text.WriteString(`<**stopMessage:"` + strings.Repeat("x", 5000) + `"**>`) // over the parser's bound
+	for i := range hostapi.MaxDirectivesPerRequest + 8 {
+		fmt.Fprintf(&text, `<**route:r%d**>`, i)
+	}
+	body := must(json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": text.String() + " go"}}}))
+	e.send(llm.Chat, string(body))
+	_, prep := e.lastPrepare()
+	if len(prep.Directives) != hostapi.MaxDirectivesPerRequest {
+		t.Fatalf("%d directives sent, want the cap %d", len(prep.Directives), hostapi.MaxDirectivesPerRequest)
+	}
+	if got := e.counter(MetricDirectivesDropped); got != 9 {
+		t.Fatalf("%s = %d, want 9 (1 malformed, 8 over the cap)", MetricDirectivesDropped, got)
+	}
+	n := 0
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelInfo) {
+		if strings.Contains(l, "9 directive(s) stripped but not applied") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("dropped directives logged %d times, want once: %q", n, e.h.GetLogs(proxywasm.LogLevelInfo))
 	}
 }

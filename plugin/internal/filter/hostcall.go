@@ -92,9 +92,12 @@ func httpCallStatus() int {
 	return 0
 }
 
-// newRequestID makes a random 128-bit hex id for requests without
-// x-request-id. math/rand/v2's runtime source is seeded from WASI
-// random_get, which Envoy provides.
+// newRequestID makes the unguessable 128-bit hex id of one request: the
+// key of its reservation, resolve and cancel, and the prefix of its
+// followups' ids (docs/failures.md). math/rand/v2's global source is the
+// runtime's ChaCha8, seeded from WASI random_get, which Envoy provides.
+// Not crypto/rand: it arms a timer per read, and a timer makes the Go
+// runtime call poll_oneoff, which Envoy 1.38 does not implement.
 func newRequestID() string {
 	var b [16]byte
 	for i := 0; i < len(b); i += 8 {

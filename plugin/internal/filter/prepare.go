@@ -90,6 +90,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 		return proxywasm.ActionPause
 	}
 	p.failOpen.inc()
+	p.noteFailOpen(reason)
 	h.rewrite(nil)
 	return proxywasm.ActionContinue
 }

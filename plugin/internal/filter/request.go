@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,9 @@ type httpContext struct {
 	serverTools []string
 
 	resp response
+
+	// followupPending: a followup waits for the host to accept its marker.
+	followupPending bool
 }
 
 // OnHttpRequestHeaders is docs/architecture.md#request-path step 1.
@@ -90,9 +94,8 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 		if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
 			proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
 		}
-		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker); ok {
-			proxywasm.LogDebugf("chime: followup of %s passes untouched", id)
-			return proxywasm.ActionContinue
+		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker, p.hostNow()); ok {
+			return h.acceptFollowup(id, marker)
 		}
 		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", hostapi.HeaderFollowup)
 	}
@@ -112,10 +115,12 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	} else {
 		proxywasm.LogDebugf("chime: no destination.address property (followups use the host's default): %v", err)
 	}
+	// The client's x-request-id is only logged: a client-chosen id as the
+	// reservation and resolve key would let one session roll back or
+	// cancel another's (docs/failures.md).
+	h.requestID = newRequestID()
 	if id, _ := get("x-request-id"); id != "" {
-		h.requestID = id
-	} else {
-		h.requestID = newRequestID()
+		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, id)
 	}
 	h.timezone, _ = get(hostapi.HeaderTimezone)
 	h.timezone = strings.TrimSpace(h.timezone)
@@ -143,6 +148,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 // OnHttpRequestBody is docs/architecture.md#request-path step 2: buffer to the end of
 // the stream, strip directives, and ask the host to prepare.
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
+	if h.followupPending {
+		return proxywasm.ActionPause // buffered until the host accepts the marker
+	}
 	if !h.handled || h.bodyDone {
 		return proxywasm.ActionContinue
 	}
@@ -174,7 +182,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		Protocol:   h.protocol.String(),
 		SessionID:  h.sessionID,
 		Timezone:   h.zone.String(),
-		Directives: hostDirectives(req.Directives()),
+		Directives: h.hostDirectives(req.Directives()),
 		// Positions restart with each stored response (docs/directives.md).
 		PreviousResponseID: req.PreviousResponseID(),
 	}
@@ -191,18 +199,37 @@ func (h *httpContext) forwardMalformed(reason string) {
 
 // hostDirectives converts the parsed directives of the new user input for
 // the host (docs/directives.md), positions included: malformed ones (Err set) and
-// unknown ones are stripped but not sent.
-func hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
+// unknown ones are stripped but not sent, and so are those past
+// hostapi.MaxDirectivesPerRequest. Malformed and capped ones are counted
+// and logged once per request (docs/failures.md).
+func (h *httpContext) hostDirectives(dirs []llm.Directive) []hostapi.HostDirective {
 	var out []hostapi.HostDirective
+	dropped := 0
+	var first error
 	for _, d := range dirs {
 		kind := hostapi.DirectiveKind(d.Kind)
-		if d.Err != nil || kind == "" {
+		if d.Err != nil || (kind != "" && len(out) == hostapi.MaxDirectivesPerRequest) {
+			dropped++
+			if first == nil {
+				first = d.Err
+			}
+			continue
+		}
+		if kind == "" {
 			continue
 		}
 		out = append(out, hostapi.HostDirective{
 			Kind: kind, Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
 			Position: d.Position,
 		})
+	}
+	if dropped > 0 {
+		h.plugin.directivesDropped.add(dropped)
+		why := "over the cap of " + strconv.Itoa(hostapi.MaxDirectivesPerRequest)
+		if first != nil {
+			why = first.Error()
+		}
+		proxywasm.LogInfof("chime: request %s: %d directive(s) stripped but not applied (first: %s)", h.requestID, dropped, why)
 	}
 	return out
 }

@@ -317,7 +317,7 @@ func TestServerToolCallResolvedAndSpliced(t *testing.T) {
 				if strings.Contains(r.sent, "<**") || !strings.Contains(r.sent, `"clock"`) {
 					t.Fatalf("captured body is not the edited one: %s", r.sent)
 				}
-				if req.RequestID != "req-1" || req.SessionID != "s-1" || req.Protocol != p.String() || req.Path != paths[p] ||
+				if _, prep := e.lastPrepare(); req.RequestID != prep.RequestID || req.SessionID != "s-1" || req.Protocol != p.String() || req.Path != paths[p] ||
 					req.Reentry != listener || req.Streaming != sse || req.Timezone != "UTC" || !slices.Equal(req.ServerTools, []string{"clock"}) {
 					t.Fatalf("resolve request %+v", req)
 				}
@@ -599,7 +599,8 @@ func TestDisconnectWhileResolvingCancelsOnce(t *testing.T) {
 		if len(cancels) != 1 {
 			t.Fatalf("sse %v: %d cancels, want 1", sse, len(cancels))
 		}
-		if got := string(cancels[0].Body); got != `{"requestId":"req-1"}` {
+		if _, prep := e.lastPrepare(); string(cancels[0].Body) != `{"requestId":"`+prep.RequestID+`"}` {
+			got := string(cancels[0].Body)
 			t.Fatalf("cancel body %s", got)
 		}
 		if auth, _ := header(cancels[0].Headers, "authorization"); auth != "Bearer tok" {
@@ -771,8 +772,10 @@ func TestResponsesNotOursPassUntouched(t *testing.T) {
 
 	// A followup's answer is the host's to read: untouched even with a clock call.
 	id := e.h.InitializeHttpContext()
-	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-1")}), false)
+	e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, [2]string{hostapi.HeaderFollowup, hostapi.FollowupMarker("s3cret", "req-1", wall)}), false)
 	e.h.CallOnRequestBody(id, []byte(requestBody(llm.Chat, true)), true)
+	checks := e.calls(hostapi.PathFollowup)
+	e.h.CallOnHttpCallResponse(checks[len(checks)-1].ID, [][2]string{{":status", "204"}}, nil, nil)
 	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
 	stream := llm.RenderSSE(llm.Chat, serverTurn, llm.RenderOptions{})
 	e.h.CallOnResponseBody(id, stream, true)
@@ -857,5 +860,31 @@ func checkSSEResponse(t *testing.T, upstream []byte, proto, chunk uint8) {
 	if !slices.ContainsFunc(append(upEvs, upRest...), func(ev llm.Event) bool { return ev.Kind.Has(llm.KindToolCallStart) }) &&
 		!bytes.Equal(out, upstream) {
 		t.Fatalf("a stream without tool calls changed:\n%q\n%q", upstream, out)
+	}
+}
+
+// TestMalformedStartEventOnce: an upstream whose first SSE event (the
+// start) is not JSON, with stopMessage set: the client gets one start
+// event, never the upstream's and a spliced one (docs/failures.md).
+func TestMalformedStartEventOnce(t *testing.T) {
+	for p, start := range map[llm.Protocol]string{llm.Messages: "message_start", llm.Responses: "response.created"} {
+		e := newRespEnv(t, "")
+		r := e.exchange(p, true, hostapi.PrepareResponse{MayContinue: true})
+		body := r.upstream(stopTurn)
+		first := bytes.Index(body, []byte("\n\n")) + 2
+		if !bytes.Contains(body[:first], []byte("event: "+start)) {
+			t.Fatalf("%s: first event %q", p, body[:first])
+		}
+		body = append([]byte("event: "+start+"\ndata: {\"type\":\""+start+"\",\"broken\n\n"), body[first:]...)
+		if got := r.feed(body, nil); got != proxywasm.ActionPause {
+			t.Fatalf("%s: action %v: the stop finish must be resolved", p, got)
+		}
+		r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+		if n := bytes.Count(r.out(), []byte("event: "+start+"\n")); n != 1 {
+			t.Fatalf("%s: %d %s events, want 1:\n%s", p, n, start, r.out())
+		}
+		if !bytes.Contains(r.out(), []byte(contTurn.Text)) {
+			t.Fatalf("%s: continuation missing:\n%s", p, r.out())
+		}
 	}
 }

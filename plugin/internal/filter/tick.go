@@ -12,6 +12,7 @@ import (
 // counted, logged at debug, and asked again next tick.
 func (p *pluginContext) OnTick() {
 	now := p.now()
+	p.reportFailOpen(now)
 	// One refresh at a time; a call the host never answered is given up
 	// after two periods (the host always answers, by timeout at worst).
 	if !p.stateCallAt.IsZero() && now.Sub(p.stateCallAt) < 2*tickPeriodMs*time.Millisecond {
@@ -33,4 +34,27 @@ func (p *pluginContext) OnTick() {
 		return
 	}
 	p.stateCallAt = now
+}
+
+// failOpenLogPeriod is how often fail-open is reported at info.
+const failOpenLogPeriod = time.Minute
+
+// noteFailOpen counts a request that failed open. The first one, and then
+// at most one per failOpenLogPeriod, is logged at info with the count
+// since the last line: a struggling host is visible without a log line
+// per request (docs/failures.md).
+func (p *pluginContext) noteFailOpen(reason string) {
+	p.failOpens++
+	p.failOpenReason = reason
+	p.reportFailOpen(p.now())
+}
+
+// reportFailOpen logs the pending count once the period has passed (the
+// tick flushes a count no later request would).
+func (p *pluginContext) reportFailOpen(now time.Time) {
+	if p.failOpens == 0 || (!p.failOpenLogged.IsZero() && now.Sub(p.failOpenLogged) < failOpenLogPeriod) {
+		return
+	}
+	proxywasm.LogInfof("chime: %d request(s) failed open (host prepare failed; last: %s)", p.failOpens, p.failOpenReason)
+	p.failOpens, p.failOpenLogged = 0, now
 }
