@@ -95,7 +95,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 			})
 		}
 	}
-	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
+	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger, MinFree: cfg.MinFreeBytes, FreeSpace: cfg.FreeSpace})
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -120,6 +120,10 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
 	}
+	s.metrics.RegisterStorage(func() metrics.StorageState {
+		sp := store.Space()
+		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
+	})
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()

@@ -133,3 +133,29 @@ func (c ntpCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(ntpStatusDesc, prometheus.GaugeValue, v, string(st))
 	}
 }
+
+// StorageState is the data directory's space state (SPEC §14).
+type StorageState struct {
+	FreeBytes, MinFreeBytes uint64
+	Writable                bool
+}
+
+// RegisterStorage adds the storage gauges, read at scrape time.
+func (m *Metrics) RegisterStorage(state func() StorageState) {
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_free_bytes", Help: "Free bytes on the file system of the data directory.",
+		}, func() float64 { return float64(state().FreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_min_free_bytes", Help: "Free bytes the store keeps; below it writes are refused.",
+		}, func() float64 { return float64(state().MinFreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_writable", Help: "1 while the store accepts writes, 0 while the disk is too full or it started read-only.",
+		}, func() float64 {
+			if state().Writable {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
