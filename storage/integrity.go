@@ -44,8 +44,8 @@ var ErrDamaged = errors.New("storage: the store is damaged")
 func damaged(dir, what string) error {
 	return fmt.Errorf("%w: %s in %s. The host does not start on it, so nothing overwrites what is left. "+
 		"Next: stop every process using the directory, keep a copy of it, then restore the last backup "+
-		"(`chime store restore --data <new dir> --from <backup>`) and point CHIME_DATA_DIR at the new directory, "+
-		"or move the directory aside to start empty. `chime store check --data %s` repeats this check",
+		"(`chime store restore --data-dir <new dir> <backup file>`) and point CHIME_DATA_DIR at the new directory, "+
+		"or move the directory aside to start empty. `chime store check --data-dir %s` repeats this check",
 		ErrDamaged, what, dir, dir)
 }
 
