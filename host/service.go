@@ -124,6 +124,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		sp := store.Space()
 		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
 	})
+	s.metrics.RegisterReservationTTL(func() float64 { return engine.ReservationTTL().Seconds() })
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()

@@ -60,6 +60,11 @@ type PrepareRequest struct {
 	// absent: the body then holds only new items, so directive positions
 	// count from that response and the host keys them by it too (docs/directives.md).
 	PreviousResponseID string `json:"previousResponseId,omitempty"`
+	// DeadlineMs is when the filter stops waiting for the answer, in host
+	// time (the filter's clock plus the host's NTP offset, Unix ms); 0 =
+	// none. A prepare handled after it reserves nothing: the filter has
+	// failed open and rolled the id back (SPEC §14).
+	DeadlineMs int64 `json:"deadlineMs,omitempty"`
 }
 
 // NTPInfo is the host's view of clock correction (docs/time.md#ntp).

@@ -24,7 +24,7 @@ import (
 const (
 	DefaultDueWindow      = 60 * time.Second
 	DefaultRetention      = 20 * time.Minute
-	DefaultReservationTTL = 2 * time.Minute
+	DefaultReservationTTL = 2 * time.Minute // the ceiling of the measured expiry (ttl.go)
 	DefaultSweepEvery     = 60 * time.Second
 	DefaultNearDuplicate  = 5 * time.Minute
 	DefaultMaxTasks       = 200
@@ -52,7 +52,7 @@ type Config struct {
 	Location       *time.Location
 	DueWindow      time.Duration
 	Retention      time.Duration
-	ReservationTTL time.Duration // an older reservation no longer blocks injection
+	ReservationTTL time.Duration // fixed expiry of a reservation; 0 = measured (ttl.go)
 	SweepEvery     time.Duration
 	NearDuplicate  time.Duration
 	MaxTasks       int // per session
@@ -75,6 +75,8 @@ type Engine struct {
 
 	locMu sync.Mutex
 	locs  map[string]*time.Location
+
+	ttl ttlMeter
 }
 
 // New builds an Engine; zero durations take the docs/clock-tool.md#due-and-expiry.
@@ -88,7 +90,6 @@ func New(cfg Config) (*Engine, error) {
 	}
 	setDefault(&cfg.DueWindow, DefaultDueWindow)
 	setDefault(&cfg.Retention, DefaultRetention)
-	setDefault(&cfg.ReservationTTL, DefaultReservationTTL)
 	setDefault(&cfg.SweepEvery, DefaultSweepEvery)
 	setDefault(&cfg.NearDuplicate, DefaultNearDuplicate)
 	if cfg.MaxTasks <= 0 {
@@ -146,7 +147,7 @@ func blockedFor(t storage.ClockTask, requestID string) bool {
 
 func (e *Engine) reservedByOther(t storage.ClockTask, requestID string, now time.Time) bool {
 	return t.ReservedBy != "" && t.ReservedBy != requestID &&
-		now.UnixMilli()-t.ReservedAt < e.cfg.ReservationTTL.Milliseconds()
+		now.UnixMilli()-t.ReservedAt < e.ReservationTTL().Milliseconds()
 }
 
 func exhausted(t storage.ClockTask) bool {

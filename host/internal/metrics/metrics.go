@@ -47,6 +47,9 @@ type Metrics struct {
 	// HTTP status, "none" without an answer, "unsent" when it could not be
 	// built); the client got the last good turn with a note (docs/failures.md).
 	FollowupFailures *prometheus.CounterVec
+	// LatePrepares counts prepares served after the filter's deadline,
+	// which reserve nothing (SPEC §14).
+	LatePrepares prometheus.Counter
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -89,8 +92,11 @@ func New(snapshot func() ntp.State) *Metrics {
 			Name: "chime_followup_failures_total",
 			Help: "Followups that failed, by kind (tool, stop, hold) and code (HTTP status, none, unsent).",
 		}, []string{"kind", "code"}),
+		LatePrepares: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_late_prepares_total", Help: "Prepares served after the filter's deadline; they reserve no reminders.",
+		}),
 	}
-	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
+	r.MustRegister(m.LatePrepares, m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
 		m.Followups, m.Chains, m.Holds, m.FollowupFailures,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),
@@ -158,4 +164,11 @@ func (m *Metrics) RegisterStorage(state func() StorageState) {
 			return 0
 		}),
 	)
+}
+
+// RegisterReservationTTL adds the measured reservation expiry gauge.
+func (m *Metrics) RegisterReservationTTL(ttl func() float64) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chime_reservation_ttl_seconds", Help: "How long an unanswered reminder reservation blocks other requests (measured from reserve→outcome times).",
+	}, ttl))
 }

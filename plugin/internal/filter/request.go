@@ -163,6 +163,9 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		Directives: hostDirectives(req.Directives()),
 		// Positions restart with each stored response (docs/directives.md).
 		PreviousResponseID: req.PreviousResponseID(),
+		// After this the prepare must not reserve (SPEC §14): the filter
+		// fails open and rolls the id back.
+		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.plugin.cfg.PrepareTimeoutMs,
 	}
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	return h.prepare(prep)

@@ -41,6 +41,10 @@ func encodePrepare(prep hostapi.PrepareRequest) ([]byte, error) {
 		b = append(b, `,"previousResponseId":`...)
 		b = appendJSONString(b, prep.PreviousResponseID)
 	}
+	if prep.DeadlineMs != 0 {
+		b = append(b, `,"deadlineMs":`...)
+		b = strconv.AppendInt(b, prep.DeadlineMs, 10)
+	}
 	return append(b, '}'), nil
 }
 
