@@ -29,6 +29,9 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
 	}
+	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
+		s.applyKept(ctx, sid, k, now)
+	}
 	for i, d := range req.Directives {
 		kind := directiveLabel(d.Kind)
 		applied, err := s.applyOnce(ctx, sid, req, d, now)

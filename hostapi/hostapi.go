@@ -65,6 +65,19 @@ type PrepareRequest struct {
 	// none. A prepare handled after it reserves nothing: the filter has
 	// failed open and rolled the id back (SPEC §14).
 	DeadlineMs int64 `json:"deadlineMs,omitempty"`
+	// Kept are directives of the session's earlier requests that the filter
+	// accepted while the host was unreachable (SPEC §14); the host applies
+	// them, oldest first, before Directives.
+	Kept []KeptDirectives `json:"kept,omitempty"`
+}
+
+// KeptDirectives is one earlier request's directives, with what their
+// applied-once digest depends on (docs/directives.md).
+type KeptDirectives struct {
+	RequestID          string          `json:"requestId"`
+	PreviousResponseID string          `json:"previousResponseId,omitempty"`
+	Directives         []HostDirective `json:"directives"`
+	KeptAtMs           int64           `json:"keptAtMs"` // filter clock
 }
 
 // NTPInfo is the host's view of clock correction (docs/time.md#ntp).

@@ -44,6 +44,12 @@ type httpContext struct {
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
 
+	// prep is the prepare sent, whose directives are kept if the host
+	// cannot be reached; keptAll what was kept for the session before it
+	// (keep.go).
+	prep    hostapi.PrepareRequest
+	keptAll []hostapi.KeptDirectives
+
 	resp response
 }
 
@@ -167,6 +173,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		// fails open and rolls the id back.
 		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.plugin.cfg.PrepareTimeoutMs,
 	}
+	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	return h.prepare(prep)
 }
