@@ -47,3 +47,24 @@ func TestDirectiveKind(t *testing.T) {
 		t.Errorf("unknown tag maps to %q", got)
 	}
 }
+
+// FuzzVerifyFollowupMarker: the x-chime-followup header comes from the
+// client (issue 17). Only a marker made with the token verifies, and it
+// gives back the id it was made for.
+func FuzzVerifyFollowupMarker(f *testing.F) {
+	f.Add("tok", "req-1", "")
+	f.Add("tok", "a.b.c", "x")
+	f.Add("", "r", "")
+	f.Add("tok", "", ".deadbeef")
+	f.Fuzz(func(t *testing.T, token, id, forged string) {
+		if token != "" && id != "" {
+			got, ok := VerifyFollowupMarker(token, FollowupMarker(token, id))
+			if !ok || got != id {
+				t.Fatalf("own marker of %q: %q %v", id, got, ok)
+			}
+		}
+		if got, ok := VerifyFollowupMarker(token, forged); ok && FollowupMarker(token, got) != forged {
+			t.Fatalf("forged %q verified as %q", forged, got)
+		}
+	})
+}
