@@ -60,6 +60,13 @@ fuzz:
 	  done; \
 	done; exit $$fail
 
+# The fault benchmark (issue 17): 1 000 schedules and 1 000 due deliveries
+# through the proxy while a real `chime host` is killed with SIGKILL 20
+# times and stopped once for 5 s; prints lost, duplicated outside the
+# reserve→commit window, and due→delivered p99.
+faults: wasm
+	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench '^BenchmarkFaults$$' -benchtime 1x -timeout 20m ./e2e/
+
 # Benchmarks that compare side by side in one run and print ratios:
 # proxy with vs without the filter (real host; request path and SSE first
 # byte), the 1 MB request edit
