@@ -76,7 +76,8 @@ type Engine struct {
 	locMu sync.Mutex
 	locs  map[string]*time.Location
 
-	ttl ttlMeter
+	ttl       ttlMeter
+	startedAt int64 // Unix ms; reservations older than it were made by a process that died
 }
 
 // New builds an Engine; zero durations take the docs/clock-tool.md#due-and-expiry.
@@ -100,7 +101,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, now: cfg.Clock.Now, log: cfg.Logger,
-		locs: map[string]*time.Location{},
+		locs: map[string]*time.Location{}, startedAt: cfg.Clock.Now().UnixMilli(),
 	}, nil
 }
 
@@ -146,8 +147,15 @@ func blockedFor(t storage.ClockTask, requestID string) bool {
 }
 
 func (e *Engine) reservedByOther(t storage.ClockTask, requestID string, now time.Time) bool {
+	ttl := e.ReservationTTL()
+	if t.ReservedAt < e.startedAt && e.cfg.ReservationTTL <= 0 {
+		// Reserved before this process started: a commit sent while the
+		// host was down is lost for good, so only a request still
+		// streaming across the restart can finish it.
+		ttl = min(ttl, MinReservationTTL)
+	}
 	return t.ReservedBy != "" && t.ReservedBy != requestID &&
-		now.UnixMilli()-t.ReservedAt < e.ReservationTTL().Milliseconds()
+		now.UnixMilli()-t.ReservedAt < ttl.Milliseconds()
 }
 
 func exhausted(t storage.ClockTask) bool {

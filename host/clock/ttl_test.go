@@ -48,3 +48,23 @@ func TestCommitFeedsTheReservationTTL(t *testing.T) {
 		t.Fatalf("samples %v, want [3s]", got)
 	}
 }
+
+// A reservation left by a process that died expires after the floor, not
+// the measured expiry: its commit, sent while the host was down, is lost.
+func TestReservationFromBeforeARestartExpiresSooner(t *testing.T) {
+	f := newFixture(t)
+	f.schedule(t, "s", "req", item(iso(t0.Add(30*time.Second)), "water"))
+	if rs := f.reserve(t, "s", "r1"); len(rs) != 1 {
+		t.Fatal("not reserved")
+	}
+	f.clock.Advance(time.Second)
+	restarted, err := New(f.e.cfg) // same store, a new process
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(MinReservationTTL - time.Second)
+	rs, err := restarted.Reserve(context.Background(), "s", "r2", f.clock.Now())
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("after %v the orphaned reservation must be free: %v %v", MinReservationTTL, rs, err)
+	}
+}
