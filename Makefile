@@ -6,7 +6,7 @@ GOVERSION := $(shell $(GO) env GOVERSION)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: all build wasm run test fuzz-seeds bench vet lint race clean
+.PHONY: all build wasm run test fuzz-seeds fuzz faults bench vet lint race clean
 
 all: build wasm
 
@@ -45,6 +45,27 @@ race:
 test: vet wasm
 	@[ -n "$$ENVOY_BIN" ] || echo "make test: ENVOY_BIN is not set, so the e2e runs against a real Envoy are skipped; the local runtime runs every e2e test."
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
+
+# Every Fuzz target of every package for FUZZTIME each (their seed
+# corpora run in `make test`); non-zero when any finds a failure. The
+# minimizing step is bounded too: a stream-reader crash would otherwise
+# spend the whole budget shrinking its input.
+FUZZTIME         ?= 30s
+FUZZMINIMIZETIME ?= 10s
+fuzz:
+	@fail=0; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg || fail=1; \
+	  done; \
+	done; exit $$fail
+
+# The fault benchmark (issue 17): 1 000 schedules and 1 000 due deliveries
+# through the proxy while a real `chime host` is killed with SIGKILL 20
+# times and stopped once for 5 s; prints lost, duplicated outside the
+# reserve→commit window, and due→delivered p99.
+faults: wasm
+	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench '^BenchmarkFaults$$' -benchtime 1x -timeout 20m ./e2e/
 
 # Benchmarks that compare side by side in one run and print ratios:
 # proxy with vs without the filter (real host; request path and SSE first

@@ -314,3 +314,27 @@ func TestScheduleSurvivesSIGKILL(t *testing.T) {
 	require.Len(t, items, 1, "%v", list)
 	assert.Equal(t, "survive", items[0].(map[string]any)["task"])
 }
+
+// TestDirectiveWhileHostDownAppliedAfterRestart: a clock directive sent
+// while the host is down gets its 200 (fail open); the filter keeps it and
+// the session's first request after the host is back creates the task
+// (issue 17 defect 5; on main the task never existed).
+func TestDirectiveWhileHostDownAppliedAfterRestart(t *testing.T) {
+	d := newDemo(t)
+	host := d.host(t)
+	d.proxyAndMock(t)
+	pc := protoCases[0]
+	host.kill(syscall.SIGKILL)
+	dueAt := time.Now().Add(3 * time.Hour).UTC().Format(time.RFC3339)
+	code, out := postJSON(t, d.proxyURL+pc.path, pc.header("s-kept"),
+		pc.body("s-kept", `<**clock:{"dueAt":"`+dueAt+`","task":"written while down"}**>remind me`))
+	require.Equal(t, http.StatusOK, code, "%s", out)
+
+	d.host(t)
+	code, out = postJSON(t, d.proxyURL+pc.path, pc.header("s-kept"), pc.body("s-kept", "back again"))
+	require.Equal(t, http.StatusOK, code, "%s", out)
+	list := d.clock(t, "s-kept", map[string]any{"action": "list"})
+	items, _ := list["items"].([]any)
+	require.Len(t, items, 1, "%v", list)
+	assert.Equal(t, "written while down", items[0].(map[string]any)["task"])
+}

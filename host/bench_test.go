@@ -37,6 +37,9 @@ var bench struct {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fullDiskEnv) != "" {
+		os.Exit(fullDiskChild())
+	}
 	code := m.Run()
 	if bench.fx != nil {
 		_ = bench.fx.svc.Close()

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
+	"github.com/chimehq/chime/storage"
 )
 
 // Defaults of docs/configuration.md, docs/continuation.md#holds.
@@ -41,6 +44,12 @@ type Config struct {
 	Addr string
 	// DataDir holds the Badger database (CHIME_DATA_DIR), default DefaultDataDir.
 	DataDir string
+	// MinFreeBytes is the free space the store keeps in DataDir
+	// (CHIME_DATA_MIN_FREE, e.g. "64MiB"); below it writes are tool errors
+	// and the host serves reads only (docs/failures.md). 0 means storage.DefaultMinFree.
+	MinFreeBytes uint64
+	// FreeSpace replaces statfs of DataDir (tests).
+	FreeSpace storage.FreeSpaceFunc
 	// Token is the filter↔host shared secret (CHIME_HOST_TOKEN). Empty means
 	// DevToken on a loopback Addr; New refuses it on any other.
 	Token string
@@ -135,6 +144,13 @@ func applyEnv(cfg Config) (Config, error) {
 	cfg.NTP = nc
 	if v, ok := os.LookupEnv("CHIME_DATA_DIR"); ok && strings.TrimSpace(v) != "" {
 		cfg.DataDir = strings.TrimSpace(v)
+	}
+	if v, ok := os.LookupEnv("CHIME_DATA_MIN_FREE"); ok && strings.TrimSpace(v) != "" {
+		n, err := humanize.ParseBytes(strings.TrimSpace(v))
+		if err != nil {
+			return Config{}, fmt.Errorf("CHIME_DATA_MIN_FREE %q: want a size such as 64MiB: %v", v, err)
+		}
+		cfg.MinFreeBytes = n
 	}
 	if v, ok := os.LookupEnv("CHIME_HOST_TOKEN"); ok {
 		if v != strings.TrimSpace(v) {

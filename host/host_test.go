@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/tidwall/gjson"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
@@ -453,7 +454,9 @@ func TestStateAndHealthz(t *testing.T) {
 		t.Fatalf("state: %+v", st)
 	}
 	rec = f.do(t, http.MethodGet, "/healthz", "", nil)
-	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"ok":true,"ntp":{"status":"disabled","offsetMs":0}}` {
+	h := gjson.ParseBytes(rec.Body.Bytes())
+	if rec.Code != 200 || !h.Get("ok").Bool() || h.Get("ntp").Raw != `{"status":"disabled","offsetMs":0}` ||
+		!h.Get("storage.writable").Bool() || h.Get("storage.minFreeBytes").Uint() != storage.DefaultMinFree || h.Get("storage.freeBytes").Uint() == 0 {
 		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
 	}
 	if rec := f.do(t, http.MethodGet, hostapi.PathPrepare, testToken, nil); rec.Code != http.StatusMethodNotAllowed {

@@ -264,11 +264,35 @@ func (s *Service) handleToolsExecute(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(res)
 }
 
+// storageHealth is the store's part of /healthz (docs/failures.md): a host short
+// of disk space still answers ok, since it serves reads and the request
+// path fails open, but says that writes are refused.
+type storageHealth struct {
+	Writable  bool   `json:"writable"`
+	FreeBytes uint64 `json:"freeBytes"`
+	MinFree   uint64 `json:"minFreeBytes"`
+	ReadOnly  bool   `json:"readOnly,omitempty"` // started on a full disk
+	Reason    string `json:"reason,omitempty"`
+}
+
+func (s *Service) storageHealth() storageHealth {
+	sp := s.store.Space()
+	h := storageHealth{Writable: !sp.Low, FreeBytes: sp.Free, MinFree: sp.MinFree, ReadOnly: sp.ReadOnly}
+	switch {
+	case sp.ReadOnly:
+		h.Reason = "started on a full disk: read-only until restarted with free space"
+	case sp.Low:
+		h.Reason = "free disk space below the store's headroom: writes are refused until space is freed"
+	}
+	return h
+}
+
 func (s *Service) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
-		OK  bool            `json:"ok"`
-		NTP hostapi.NTPInfo `json:"ntp"`
-	}{true, s.ntpInfo()})
+		OK      bool            `json:"ok"`
+		NTP     hostapi.NTPInfo `json:"ntp"`
+		Storage storageHealth   `json:"storage"`
+	}{true, s.ntpInfo(), s.storageHealth()})
 }
 
 // isLoopback reports whether the request came from this machine.

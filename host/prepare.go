@@ -32,6 +32,9 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
 	}
+	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
+		s.applyKept(ctx, sid, k, now)
+	}
 	if n := len(req.Directives) - MaxDirectivesPerRequest; n > 0 {
 		s.metrics.DirectivesIgnored.Add(float64(n))
 		s.log.Info("directives over the per-request cap ignored", "request", req.RequestID, "cap", MaxDirectivesPerRequest, "ignored", n)
@@ -60,7 +63,12 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	// A background timer that ended a moment ago has its notice in place
 	// before the reservation reads the session.
 	s.timers.CompleteDue(ctx, sid)
-	if !s.cfg.DisableClock || !s.cfg.DisableTimers {
+	if late := s.pastDeadline(req); late > 0 {
+		// The filter has given up and failed open; reserving now would
+		// strand the reminders until the reservation expires.
+		s.metrics.LatePrepares.Inc()
+		s.log.Info("prepare after the filter's deadline; no reminders reserved", "request", req.RequestID, "late", late)
+	} else if !s.cfg.DisableClock || !s.cfg.DisableTimers {
 		var rs []clock.Reminder
 		var err error
 		rs, pending, err = s.engine.ReserveAndPending(ctx, sid, req.RequestID, now)
@@ -82,6 +90,20 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 		s.log.Warn("reading session record failed", "err", err)
 	}
 	return ans
+}
+
+// deadlineSlack tolerates clock skew between the filter's clock and the
+// host's; a rollback tombstone covers a prepare late by less.
+const deadlineSlack = time.Second
+
+// pastDeadline reports how late past the filter's deadline (plus slack)
+// the prepare is being served, 0 when in time or without a deadline.
+func (s *Service) pastDeadline(req hostapi.PrepareRequest) time.Duration {
+	if req.DeadlineMs <= 0 {
+		return 0
+	}
+	late := time.Duration(s.now().UnixMilli()-req.DeadlineMs)*time.Millisecond - deadlineSlack
+	return max(late, 0)
 }
 
 // applyOnce applies d unless the session already applied the same

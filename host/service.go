@@ -104,7 +104,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		cfg.Token = DevToken
 		logger.Debug("CHIME_HOST_TOKEN is not set; using the development token on a loopback listener")
 	}
-	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger})
+	store, err := storage.Open(cfg.DataDir, storage.Options{Logger: logger, MinFree: cfg.MinFreeBytes, FreeSpace: cfg.FreeSpace})
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -145,6 +145,11 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	s.metrics.RegisterGaugeFunc("chime_timers_live", "Timers running, waited on, paused or in the background.",
 		func() float64 { return float64(s.timers.Live()) })
+	s.metrics.RegisterStorage(func() metrics.StorageState {
+		sp := store.Space()
+		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
+	})
+	s.metrics.RegisterReservationTTL(func() float64 { return engine.ReservationTTL().Seconds() })
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()

@@ -77,6 +77,24 @@ type PrepareRequest struct {
 	// absent: the body then holds only new items, so directive positions
 	// count from that response and the host keys them by it too (docs/directives.md).
 	PreviousResponseID string `json:"previousResponseId,omitempty"`
+	// DeadlineMs is when the filter stops waiting for the answer, in host
+	// time (the filter's clock plus the host's NTP offset, Unix ms); 0 =
+	// none. A prepare handled after it reserves nothing: the filter has
+	// failed open and rolled the id back (docs/failures.md).
+	DeadlineMs int64 `json:"deadlineMs,omitempty"`
+	// Kept are directives of the session's earlier requests that the filter
+	// accepted while the host was unreachable (docs/failures.md); the host applies
+	// them, oldest first, before Directives.
+	Kept []KeptDirectives `json:"kept,omitempty"`
+}
+
+// KeptDirectives is one earlier request's directives, with what their
+// applied-once digest depends on (docs/directives.md).
+type KeptDirectives struct {
+	RequestID          string          `json:"requestId"`
+	PreviousResponseID string          `json:"previousResponseId,omitempty"`
+	Directives         []HostDirective `json:"directives"`
+	KeptAtMs           int64           `json:"keptAtMs"` // filter clock
 }
 
 // NTPInfo is the host's view of clock correction (docs/time.md#ntp).

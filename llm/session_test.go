@@ -2,6 +2,7 @@ package llm
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -55,4 +56,58 @@ func TestSessionIDFromBody(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", tt.body, got, tt.want)
 		}
 	}
+}
+
+// FuzzSessionFromUserID: metadata.user_id is client input (issue 17). The
+// id found is trimmed, a substring of the input or of its session_id
+// field, and a session_<id> match holds only id bytes.
+func FuzzSessionFromUserID(f *testing.F) {
+	for _, s := range []string{
+		`{"session_id":"abc-123"}`, `{"session_id":7}`, `{"session_id":" x "}`, `{bad`,
+		`user_1_account_2_session_0f3a.b-c`, `session_`, `xsession_abc`, `a_session_b_session_c`,
+		"", " ", `{"session_id":"\u0000"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, userID string) {
+		id := SessionFromUserID(userID)
+		if id == "" {
+			return
+		}
+		if id != strings.TrimSpace(id) {
+			t.Fatalf("untrimmed id %q from %q", id, userID)
+		}
+		if strings.HasPrefix(strings.TrimSpace(userID), "{") {
+			return // a JSON string may be escaped in the input
+		}
+		if !strings.Contains(userID, "session_"+id) {
+			t.Fatalf("id %q is not a session_<id> of %q", id, userID)
+		}
+		for i := 0; i < len(id); i++ {
+			if !isIDByte(id[i]) {
+				t.Fatalf("id %q has byte %q", id, id[i])
+			}
+		}
+	})
+}
+
+// FuzzSessionID: any body with any user_id: no panic, and a header wins.
+func FuzzSessionID(f *testing.F) {
+	f.Add(`{"messages":[],"metadata":{"user_id":"{\"session_id\":\"s\"}"}}`, "")
+	f.Add(`{"messages":[],"metadata":{"user_id":"u_session_abc"},"prompt_cache_key":"p"}`, "h")
+	f.Add(`{"messages":[],"metadata":[]}`, "")
+	f.Fuzz(func(t *testing.T, body, header string) {
+		r, err := ParseRequest(Messages, []byte(body))
+		if err != nil {
+			return
+		}
+		h := http.Header{}
+		if strings.TrimSpace(header) != "" {
+			h.Set(SessionHeaders()[0], header)
+			if got := r.SessionID(h); got != strings.TrimSpace(header) {
+				t.Fatalf("header %q lost to %q", header, got)
+			}
+		}
+		_ = r.SessionID(nil)
+	})
 }

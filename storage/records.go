@@ -107,4 +107,7 @@ type Reservation struct {
 	SessionID  string   `json:"sessionId"`
 	TaskIDs    []string `json:"taskIds"`
 	ReservedAt int64    `json:"reservedAt"`
+	// RolledBack marks a tombstone: the filter rolled back an id before
+	// its prepare reserved anything, so a late prepare reserves nothing.
+	RolledBack bool `json:"rolledBack,omitempty"`
 }

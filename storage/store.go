@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 )
 
 // Options tunes Open. The zero value is a durable on-disk store.
@@ -18,11 +22,25 @@ type Options struct {
 	Logger *slog.Logger
 	// InMemory keeps everything in RAM (dir must be ""). Not durable: tests only.
 	InMemory bool
+	// MinFree is the free space writes need in the data directory; 0 means
+	// DefaultMinFree (docs/failures.md). Below it writes fail with ErrNoSpace.
+	MinFree uint64
+	// FreeSpace reports free bytes; nil means statfs (tests inject one).
+	FreeSpace FreeSpaceFunc
 }
 
 // Store is the host's database. It is safe for concurrent use.
 type Store struct {
-	db *badger.DB
+	db    *badger.DB
+	dir   string
+	log   *slog.Logger
+	space *space // nil in memory
+
+	dirty    atomic.Bool // written since the last generation mark
+	markMu   sync.Mutex
+	markStop chan struct{}
+	markDone chan struct{}
+	close    sync.Once
 }
 
 // ErrClosed is returned by every operation on a closed store.
@@ -30,6 +48,12 @@ var ErrClosed = errors.New("storage: store is closed")
 
 // Open opens (creating if needed) the database in dir, sized for a sidecar:
 // small memtables and caches, two compactors, synchronous writes (docs/clock-tool.md).
+//
+// docs/failures.md: every table is checksummed when opened and the whole store is
+// read once; a store that cannot be read fully, or holds less than it last
+// knew (GenerationFile), is refused with ErrDamaged. A data directory with
+// less free space than Options.MinFree opens read-only: reads work, writes
+// fail with ErrReadOnly until a restart with space.
 func Open(dir string, opts Options) (*Store, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -49,7 +73,33 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("storage: create data dir %q: %w", dir, err)
 		}
 	}
+	sp := &space{dir: dir, minFree: opts.MinFree, statfs: opts.FreeSpace}
+	if sp.minFree == 0 {
+		sp.minFree = DefaultMinFree
+	}
+	if sp.statfs == nil {
+		sp.statfs = freeSpace
+	}
+	if !opts.InMemory {
+		if free, err := sp.statfs(dir); err == nil {
+			sp.free.Store(free)
+			if free < sp.minFree {
+				sp.readOnly = true
+				// No compaction either: it writes new tables through mmap.
+				bo = bo.WithNumCompactors(0).WithCompactL0OnClose(false)
+				logger.Warn("storage: the data directory is almost full; starting read-only (free disk space, then restart)",
+					"dir", dir, "free", free, "minFree", sp.minFree)
+			}
+		}
+	}
+	numCompactors := 2
+	if sp.readOnly {
+		numCompactors = 0
+	}
 	bo = bo.
+		WithChecksumVerificationMode(options.OnBlockRead). // tables: checkFiles
+
+		WithVerifyValueChecksum(true).
 		WithSyncWrites(true).
 		WithMemTableSize(8 << 20).
 		WithNumMemtables(2).
@@ -61,20 +111,42 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithValueLogFileSize(16 << 20).
 		WithBlockCacheSize(8 << 20).
 		WithIndexCacheSize(4 << 20).
-		WithNumCompactors(2).
+		WithNumCompactors(numCompactors).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
 		WithLogger(slogBridge{logger}).
 		WithLoggingLevel(badger.WARNING)
+	if !opts.InMemory {
+		if err := checkFiles(dir, bo); err != nil {
+			return nil, err
+		}
+	}
 	db, err := openRecover(bo)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %q: %w", dir, err)
+		if opts.InMemory {
+			return nil, fmt.Errorf("storage: open in memory: %w", err)
+		}
+		return nil, damaged(dir, fmt.Sprintf("Badger cannot open it (%v)", err))
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db, dir: dir, log: logger}
+	if opts.InMemory {
+		return s, nil
+	}
+	s.space = sp
+	if _, err := s.verify(dir); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.markStop, s.markDone = make(chan struct{}), make(chan struct{})
+	go s.markLoop()
+	return s, nil
 }
 
-// openRecover turns a panic inside Badger's open path into an error.
+// openRecover turns a panic inside Badger's open path into an error, and
+// a fault on an mmap'd file that cannot be backed (SIGBUS on a full disk)
+// into a panic first.
 func openRecover(bo badger.Options) (db *badger.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("badger panicked: %v", r)
@@ -83,23 +155,48 @@ func openRecover(bo badger.Options) (db *badger.DB, err error) {
 	return badger.Open(bo)
 }
 
-// Close flushes and closes the database. Calling it twice is harmless.
+// Close records the generation, then flushes and closes the database.
+// Calling it twice is harmless.
 func (s *Store) Close() error {
+	var markErr error
+	s.close.Do(func() {
+		if s.markStop != nil {
+			close(s.markStop)
+			<-s.markDone
+			if err := s.mark(); err != nil && !errors.Is(err, ErrNoSpace) && !errors.Is(err, ErrReadOnly) {
+				markErr = err
+			}
+		}
+	})
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("storage: close: %w", err)
+	}
+	if markErr != nil {
+		return fmt.Errorf("storage: close: record generation: %w", markErr)
 	}
 	return nil
 }
 
 // Update runs fn in a read-write transaction and commits it synchronously.
 // Conflicts with a concurrent writer are retried a few times.
-func (s *Store) Update(fn func(*Tx) error) error {
+// On a data directory short of space it fails with ErrNoSpace (or
+// ErrReadOnly) before Badger sees the write (docs/failures.md).
+func (s *Store) Update(fn func(*Tx) error) error { return s.update(fn, true) }
+
+// update is Update; dirty=false for the generation mark's own write.
+func (s *Store) update(fn func(*Tx) error, dirty bool) error {
+	if err := s.space.check(); err != nil {
+		return err
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		err = s.run(true, fn)
 		if !errors.Is(err, badger.ErrConflict) {
-			return err
+			break
 		}
+	}
+	if err == nil && dirty {
+		s.dirty.Store(true)
 	}
 	return err
 }

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 		crashChild(dir)
 		return // unreachable: crashChild kills the process
 	}
+	if dir := os.Getenv(crash300Env); dir != "" {
+		crash300Child(dir)
+		return // unreachable
+	}
 	os.Exit(m.Run())
 }
 

@@ -24,7 +24,7 @@ import (
 const (
 	DefaultDueWindow      = 60 * time.Second
 	DefaultRetention      = 20 * time.Minute
-	DefaultReservationTTL = 2 * time.Minute
+	DefaultReservationTTL = 2 * time.Minute // the ceiling of the measured expiry (ttl.go)
 	DefaultSweepEvery     = 60 * time.Second
 	DefaultNearDuplicate  = 5 * time.Minute
 	DefaultMaxTasks       = 200
@@ -61,7 +61,7 @@ type Config struct {
 	// injectable within it (holds.max plus the response's own time); 0
 	// counts every future task.
 	PendingHorizon time.Duration
-	ReservationTTL time.Duration // an older reservation no longer blocks injection
+	ReservationTTL time.Duration // fixed expiry of a reservation; 0 = measured (ttl.go)
 	SweepEvery     time.Duration
 	NearDuplicate  time.Duration
 	MaxTasks       int // per session
@@ -84,6 +84,9 @@ type Engine struct {
 
 	locMu sync.Mutex
 	locs  map[string]*time.Location
+
+	ttl       ttlMeter
+	startedAt int64 // Unix ms; reservations older than it were made by a process that died
 }
 
 // New builds an Engine; zero durations take the docs/clock-tool.md#due-and-expiry.
@@ -98,7 +101,6 @@ func New(cfg Config) (*Engine, error) {
 	setDefault(&cfg.DueWindow, DefaultDueWindow)
 	setDefault(&cfg.Retention, DefaultRetention)
 	setDefault(&cfg.NoticeRetention, DefaultNoticeRetention)
-	setDefault(&cfg.ReservationTTL, DefaultReservationTTL)
 	setDefault(&cfg.SweepEvery, DefaultSweepEvery)
 	setDefault(&cfg.NearDuplicate, DefaultNearDuplicate)
 	if cfg.MaxTasks <= 0 {
@@ -109,7 +111,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, now: cfg.Clock.Now, log: cfg.Logger,
-		locs: map[string]*time.Location{},
+		locs: map[string]*time.Location{}, startedAt: cfg.Clock.Now().UnixMilli(),
 	}, nil
 }
 
@@ -159,8 +161,15 @@ func blockedFor(t storage.ClockTask, requestID string) bool {
 }
 
 func (e *Engine) reservedByOther(t storage.ClockTask, requestID string, now time.Time) bool {
+	ttl := e.ReservationTTL()
+	if t.ReservedAt < e.startedAt && e.cfg.ReservationTTL <= 0 {
+		// Reserved before this process started: a commit sent while the
+		// host was down is lost for good, so only a request still
+		// streaming across the restart can finish it.
+		ttl = min(ttl, MinReservationTTL)
+	}
 	return t.ReservedBy != "" && t.ReservedBy != requestID &&
-		now.UnixMilli()-t.ReservedAt < e.cfg.ReservationTTL.Milliseconds()
+		now.UnixMilli()-t.ReservedAt < ttl.Milliseconds()
 }
 
 func exhausted(t storage.ClockTask) bool {

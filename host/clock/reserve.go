@@ -82,6 +82,16 @@ func (e *Engine) reserve(sessionID, requestID string, now time.Time) ([]Reminder
 	var out []Reminder
 	err := e.store.Update(func(tx *storage.Tx) error {
 		out = nil
+		r, ok, err := tx.Reservation(requestID)
+		if err != nil {
+			return err
+		}
+		if ok && r.RolledBack {
+			// The filter gave up on this request and rolled it back
+			// before this (late) prepare got here: reserve nothing.
+			e.log.Info("clock: prepare after its rollback; no reminders reserved", "request", requestID)
+			return nil
+		}
 		tasks, err := tx.Tasks(sessionID)
 		if err != nil {
 			return err
@@ -100,10 +110,6 @@ func (e *Engine) reserve(sessionID, requestID string, now time.Time) ([]Reminder
 				TaskID: t.TaskID, SessionID: t.SessionID, Task: t.Task, Tool: t.Tool,
 				Arguments: t.Arguments, Repeat: t.Repeat, DueAt: e.dueTime(t), Notice: t.Notice,
 			})
-		}
-		r, ok, err := tx.Reservation(requestID)
-		if err != nil {
-			return err
 		}
 		if !ok {
 			r = storage.Reservation{RequestID: requestID, SessionID: sessionID}
@@ -155,27 +161,47 @@ func (e *Engine) Commit(ctx context.Context, requestID string) (int, error) {
 
 // Rollback releases everything requestID reserved, unchanged otherwise
 // (upstream failure, client gone before the response started).
+//
+// A rollback for an id the host has not reserved for leaves a tombstone
+// record, so that a prepare of that id arriving later (the host stalled
+// past the filter's deadline) reserves nothing (issue 17; docs/failures.md).
 func (e *Engine) Rollback(ctx context.Context, requestID string) (int, error) {
-	return e.finish(requestID, func(t *storage.ClockTask) {
-		t.ReservedBy, t.ReservedAt = "", 0
-	})
+	return e.finish(requestID, nil)
 }
 
 // finish applies fn to every task still reserved by requestID and drops the
-// reservation record, in one transaction.
+// reservation record, in one transaction; fn nil is a rollback, which
+// leaves a tombstone for an unknown id. The reserve→outcome time feeds
+// the measured reservation expiry.
 func (e *Engine) finish(requestID string, fn func(*storage.ClockTask)) (int, error) {
 	if requestID == "" {
 		return 0, nil
 	}
+	rollback := fn == nil
+	if rollback {
+		fn = func(t *storage.ClockTask) { t.ReservedBy, t.ReservedAt = "", 0 }
+	}
+	now := e.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
+	var held time.Duration
 	err := e.store.Update(func(tx *storage.Tx) error {
-		n = 0
+		n, held = 0, -1
 		r, ok, err := tx.Reservation(requestID)
-		if err != nil || !ok {
+		if err != nil {
 			return err
 		}
+		if !ok {
+			if !rollback {
+				return nil
+			}
+			return tx.PutReservation(storage.Reservation{RequestID: requestID, RolledBack: true, ReservedAt: now.UnixMilli()})
+		}
+		if r.RolledBack {
+			return nil // keep the tombstone until the sweep drops it
+		}
+		held = now.Sub(time.UnixMilli(r.ReservedAt))
 		for _, id := range r.TaskIDs {
 			t, ok, err := tx.Task(r.SessionID, id)
 			if err != nil {
@@ -196,6 +222,9 @@ func (e *Engine) finish(requestID string, fn func(*storage.ClockTask)) (int, err
 	})
 	if err != nil {
 		return 0, err
+	}
+	if held >= 0 {
+		e.ttl.observe(held)
 	}
 	return n, nil
 }

@@ -330,7 +330,7 @@ func (c *fakeClusters) recorded() []recordedCall {
 // --- harness ------------------------------------------------------------
 
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	f        *Factory
 	logs     *logSink
 	events   *eventLog
@@ -384,7 +384,7 @@ func testConfig(t testing.TB, pluginConfig string, opts ...option) (httpfilter.W
 	return cfg, env, logs, events, clusters, stats
 }
 
-func newHarness(t *testing.T, pluginConfig string, opts ...option) *harness {
+func newHarness(t testing.TB, pluginConfig string, opts ...option) *harness {
 	t.Helper()
 	cfg, env, logs, events, clusters, stats := testConfig(t, pluginConfig, opts...)
 	f, err := newFactory(cfg, env)

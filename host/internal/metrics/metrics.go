@@ -62,6 +62,9 @@ type Metrics struct {
 	// PrepareShed counts prepare calls answered at once with 503 because
 	// too many were in flight: the filter fails open (docs/failures.md).
 	PrepareShed prometheus.Counter
+	// LatePrepares counts prepares served after the filter's deadline,
+	// which reserve nothing (docs/failures.md).
+	LatePrepares prometheus.Counter
 }
 
 // New builds the instruments on a fresh registry with the Go and process
@@ -113,6 +116,9 @@ func New(snapshot func() ntp.State) *Metrics {
 		PrepareShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_prepare_shed_total", Help: "Prepare calls refused at once because too many were in flight (the filter fails open).",
 		}),
+		LatePrepares: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_late_prepares_total", Help: "Prepares served after the filter's deadline; they reserve no reminders.",
+		}),
 	}
 	m.TimerNotices = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "chime_timer_notices_total", Help: "Background timer completions queued for their session.",
@@ -123,7 +129,7 @@ func New(snapshot func() ntp.State) *Metrics {
 		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5},
 	})
 	r.MustRegister(m.TimerNotices, m.TimerLateness)
-	r.MustRegister(m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
+	r.MustRegister(m.LatePrepares, m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
 		m.Followups, m.Chains, m.Holds, m.FollowupFailures, m.FollowupMarkersRefused, m.DirectivesIgnored, m.PrepareShed,
 		ntpCollector{snapshot: snapshot},
 		collectors.NewGoCollector(),
@@ -170,4 +176,37 @@ func (c ntpCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(ntpStatusDesc, prometheus.GaugeValue, v, string(st))
 	}
+}
+
+// StorageState is the data directory's space state (docs/failures.md).
+type StorageState struct {
+	FreeBytes, MinFreeBytes uint64
+	Writable                bool
+}
+
+// RegisterStorage adds the storage gauges, read at scrape time.
+func (m *Metrics) RegisterStorage(state func() StorageState) {
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_free_bytes", Help: "Free bytes on the file system of the data directory.",
+		}, func() float64 { return float64(state().FreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_min_free_bytes", Help: "Free bytes the store keeps; below it writes are refused.",
+		}, func() float64 { return float64(state().MinFreeBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_storage_writable", Help: "1 while the store accepts writes, 0 while the disk is too full or it started read-only.",
+		}, func() float64 {
+			if state().Writable {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
+
+// RegisterReservationTTL adds the measured reservation expiry gauge.
+func (m *Metrics) RegisterReservationTTL(ttl func() float64) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chime_reservation_ttl_seconds", Help: "How long an unanswered reminder reservation blocks other requests (measured from reserve→outcome times).",
+	}, ttl))
 }

@@ -89,6 +89,7 @@ type pluginContext struct {
 	requests, hostFailures, failOpen, malformed counter
 	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter
+	keptMetrics                                 keptCounters // keep.go
 }
 
 // counter is a metric that may be missing (a host without metrics must not
@@ -144,6 +145,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.resolves = defineCounter(MetricResolves)
 	p.resolveFailures = defineCounter(MetricResolveFailures)
 	p.serverToolCalls = defineCounter(MetricServerToolCalls)
+	p.keptMetrics = defineKeptCounters()
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
 		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
 	}

@@ -242,7 +242,8 @@ func TestAllProtocolsFullRequestPath(t *testing.T) {
 				t.Fatalf("request id %q is not the filter's own", prep.RequestID)
 			}
 			want := hostapi.PrepareRequest{RequestID: prep.RequestID, Protocol: p.String(), SessionID: "sess-7", Timezone: "America/Los_Angeles",
-				Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}}}
+				Directives: []hostapi.HostDirective{{Kind: "route", Route: "fast", Position: 1}, {Kind: "clock:clear", Position: 1}},
+				DeadlineMs: wall.UnixMilli() + 150} // the filter's clock + prepareTimeoutMs, no NTP offset learnt yet
 			if got, _ := json.Marshal(prep); string(got) != string(must(json.Marshal(want))) {
 				t.Fatalf("prepare = %s\nwant      %s", got, must(json.Marshal(want)))
 			}

@@ -23,6 +23,7 @@ var serverTools = func() map[string]llm.ToolSpec {
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
 func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
+	h.prep = prep
 	body, err := encodePrepare(prep)
 	if err == nil {
 		err = h.plugin.callHost(hostapi.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
@@ -40,6 +41,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
 		h.plugin.learnNTP(ans.NTP)
+		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
 	}
 	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
 	switch {
@@ -91,6 +93,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	}
 	p.failOpen.inc()
 	p.noteFailOpen(reason)
+	p.keepDirectives(h.prep) // the client gets its 200: the directives must not vanish
 	h.rewrite(nil)
 	return proxywasm.ActionContinue
 }

@@ -49,6 +49,12 @@ type httpContext struct {
 	// calls the response path withholds from the client and resolves.
 	serverTools []string
 
+	// prep is the prepare sent, whose directives are kept if the host
+	// cannot be reached; keptAll what was kept for the session before it
+	// (keep.go).
+	prep    hostapi.PrepareRequest
+	keptAll []hostapi.KeptDirectives
+
 	resp response
 
 	// followupPending: a followup waits for the host to accept its marker.
@@ -185,7 +191,11 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		Directives: h.hostDirectives(req.Directives()),
 		// Positions restart with each stored response (docs/directives.md).
 		PreviousResponseID: req.PreviousResponseID(),
+		// After this the prepare must not reserve (docs/failures.md): the filter
+		// fails open and rolls the id back.
+		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.plugin.cfg.PrepareTimeoutMs,
 	}
+	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	return h.prepare(prep)
 }

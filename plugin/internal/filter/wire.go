@@ -41,6 +41,18 @@ func encodePrepare(prep hostapi.PrepareRequest) ([]byte, error) {
 		b = append(b, `,"previousResponseId":`...)
 		b = appendJSONString(b, prep.PreviousResponseID)
 	}
+	if prep.DeadlineMs != 0 {
+		b = append(b, `,"deadlineMs":`...)
+		b = strconv.AppendInt(b, prep.DeadlineMs, 10)
+	}
+	if len(prep.Kept) > 0 {
+		kept, err := json.Marshal(prep.Kept) // only after a host outage
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"kept":`...)
+		b = append(b, kept...)
+	}
 	return append(b, '}'), nil
 }
 

@@ -62,6 +62,7 @@ func FuzzEncodePrepare(f *testing.F) {
 	f.Add("req-123", "responses", "s1", "UTC", "resp_\u0001")
 	f.Add("0d7c1c9e", "responses", "", "", "stop now")
 	f.Add("a\"b\\c", "messages", "<s>&", "Europe/Zürich", "\u2028\xff\n")
+	f.Add("k-1", "chat", "s2", "UTC", "kept")
 	f.Fuzz(func(t *testing.T, id, proto, session, zone, text string) {
 		prep := hostapi.PrepareRequest{RequestID: id, Protocol: proto, SessionID: session, Timezone: zone}
 		if text != "" {
@@ -69,6 +70,10 @@ func FuzzEncodePrepare(f *testing.F) {
 		}
 		if len(id)%2 == 1 { // some seeds of each kind carry one
 			prep.PreviousResponseID = text
+		}
+		if len(session)%3 == 2 { // and some a deadline and kept directives
+			prep.DeadlineMs = int64(len(text)) * 1_000_003
+			prep.Kept = []hostapi.KeptDirectives{{RequestID: id + "-0", PreviousResponseID: text, Directives: prep.Directives, KeptAtMs: int64(len(zone))}}
 		}
 		want, err := json.Marshal(prep)
 		if err != nil {

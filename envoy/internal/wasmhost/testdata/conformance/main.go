@@ -6,6 +6,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"runtime"
 	"strconv"
@@ -227,6 +228,11 @@ func onRequestBody(id, size, eos uint32) uint32 {
 			logf("clear_route_cache", itoa(callForeign("clear_route_cache", nil)))
 		}
 		return 0
+	case "abifuzz":
+		if eos != 0 {
+			script, _ := g.GetBuffer(abi.BufferHttpRequestBody)
+			abiFuzz(script)
+		}
 	case "body":
 		b, st := g.GetBuffer(abi.BufferHttpRequestBody)
 		logf("body", itoa(st), string(b))
@@ -691,4 +697,68 @@ func badPointers() {
 	runtime.KeepAlive(ok.B)
 	logf("badptr", strings.Join(res, " "))
 	logf("badptr_survived")
+}
+
+// scratch is where abifuzz points the host: in-range arguments land in it.
+var scratch [4096]byte
+
+// abiFuzz (FuzzHostABI) runs the request body as a script of host calls
+// with guest-chosen pointers and sizes: per call one op byte and five
+// little-endian uint32 arguments. An argument with bit 31 clear is an
+// offset into scratch, so reads and writes hit real guest memory; one with
+// it set is passed raw (out of bounds). The host must answer every call
+// with a status, never crash.
+func abiFuzz(script []byte) {
+	copy(scratch[:], script)
+	base := uint32(uintptr(unsafe.Pointer(&scratch[0])))
+	arg := func(b []byte) uint32 {
+		v := binary.LittleEndian.Uint32(b)
+		if v&0x80000000 != 0 {
+			return v
+		}
+		return base + v%uint32(len(scratch))
+	}
+	size := func(v uint32) uint32 { return v % 512 } // sizes stay small but may overrun scratch's end
+	for len(script) >= 21 {
+		op := script[0] % 16
+		a := [5]uint32{arg(script[1:]), arg(script[5:]), arg(script[9:]), arg(script[13:]), arg(script[17:])}
+		cur := script
+		raw := func(i int) uint32 { return binary.LittleEndian.Uint32(cur[1+4*i:]) }
+		script = script[21:]
+		switch op {
+		case 0:
+			g.ProxyGetProperty(a[0], size(raw(1)), a[2], a[3])
+		case 1:
+			g.ProxySetProperty(a[0], size(raw(1)), a[2], size(raw(3)))
+		case 2:
+			g.ProxyGetBufferBytes(raw(0)%9, raw(1), raw(2), a[3], a[4])
+		case 3:
+			g.ProxySetBufferBytes(raw(0)%9, raw(1)%64, raw(2)%64, a[3], size(raw(4)))
+		case 4:
+			g.ProxyGetHeaderMapPairs(raw(0)%8, a[1], a[2])
+		case 5:
+			g.ProxySetHeaderMapPairs(raw(0)%8, a[1], size(raw(2)))
+		case 6:
+			g.ProxyGetHeaderMapValue(raw(0)%8, a[1], size(raw(2)), a[3], a[4])
+		case 7:
+			g.ProxyAddHeaderMapValue(raw(0)%8, a[1], size(raw(2)), a[3], size(raw(4)))
+		case 8:
+			g.ProxyReplaceHeaderMapValue(raw(0)%8, a[1], size(raw(2)), a[3], size(raw(4)))
+		case 9:
+			g.ProxyRemoveHeaderMapValue(raw(0)%8, a[1], size(raw(2)))
+		case 10:
+			g.ProxyHTTPCall(a[0], size(raw(1)), a[2], size(raw(3)), a[4], size(raw(0)), a[1], size(raw(2)), raw(3)%50, a[4])
+		case 11:
+			g.ProxyGetSharedData(a[0], size(raw(1)), a[2], a[3], a[4])
+		case 12:
+			g.ProxySetSharedData(a[0], size(raw(1)), a[2], size(raw(3)), raw(4))
+		case 13:
+			g.ProxyLog(raw(0)%8, a[1], size(raw(2)))
+		case 14:
+			g.ProxyGetBufferStatus(raw(0)%9, a[1], a[2])
+		case 15:
+			g.ProxyGetHeaderMapSize(raw(0)%8, a[1])
+		}
+	}
+	logf("abifuzz_done")
 }
