@@ -334,3 +334,41 @@ func TestTimerNoticeByHold(t *testing.T) {
 		assert.Equal(t, i == 3, has, "request %d", i)
 	}
 }
+
+// TestTimerWithCapturedClients: the requests of Claude Code and Codex CLI
+// (their own tools, thinking on, history as they send it) against the
+// strict mock: the model thinks, waits on a timer, and the followup the
+// provider accepts carries the thinking before the call; the client sees
+// one answer without the timer.
+func TestTimerWithCapturedClients(t *testing.T) {
+	d := newDemo(t)
+	d.up(t)
+	for _, file := range []string{"claude-code-2.1.197-messages-turn1.json", "codex-cli-0.169-responses-turn1.json"} {
+		cl := loadClient(t, file)
+		for _, m := range modes {
+			t.Run(file+"/"+m.name, func(t *testing.T) {
+				deleteMockRequests(t, d)
+				d.script(t,
+					map[string]any{"thinking": "Wait for the deploy.", "text": "Waiting.", "toolCalls": []any{newTimer(1.5, 0, "deploy")}},
+					map[string]any{"text": "Deployed."},
+				)
+				start := time.Now()
+				turn, raw := cl.send(t, d, m, "real-"+file+m.name, "wait for the deploy")
+				assert.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond)
+				assert.Equal(t, "Waiting.\n\nDeployed.", turn.Text)
+				for _, c := range turn.ToolCalls {
+					assert.NotEqual(t, hostapi.TimerToolName, c.Name)
+				}
+				assert.NotContains(t, raw, "timer_id")
+				reqs := d.mockRequests(t)
+				require.Len(t, reqs, 2)
+				p := llm.DetectProtocol(reqs[1].Path)
+				res := gjson.Parse(mockllm.LastToolOutput(p, []byte(reqs[1].Body)))
+				assert.Equal(t, "Completed", res.Get("status").String(), "%s", res.Raw)
+				// The client's own tools are still offered beside the timer tools.
+				assert.True(t, gjson.Get(reqs[0].Body, `tools.#(name=="timer")`).Exists() || gjson.Get(reqs[0].Body, `tools.#(function.name=="timer")`).Exists())
+				assert.Greater(t, len(gjson.Get(reqs[0].Body, "tools").Array()), 7)
+			})
+		}
+	}
+}
