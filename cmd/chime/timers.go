@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,7 +66,7 @@ func (c *hostClient) do(ctx context.Context, method, path string, body, out any)
 // hostFlags are the flags of every command that calls the host API.
 func apiFlags(cmd *cobra.Command, c *hostClient) {
 	cmd.Flags().StringVar(&c.base, "host", "http://"+host.DefaultAddr, "the host's base URL")
-	cmd.Flags().StringVar(&c.token, "token", "", "the host token (default $CHIME_HOST_TOKEN)")
+	cmd.Flags().StringVar(&c.token, "token", "", "the host token (default $CHIME_HOST_TOKEN, else the one chime up keeps in the data dir)")
 }
 
 func (c *hostClient) ready() error {
@@ -75,6 +77,13 @@ func (c *hostClient) ready() error {
 	c.base = strings.TrimRight(c.base, "/")
 	if c.token == "" {
 		c.token = os.Getenv("CHIME_HOST_TOKEN")
+	}
+	if c.token == "" {
+		// chime up made one: $CHIME_DATA_DIR (or ./data)/host-token.
+		dir := cmp.Or(strings.TrimSpace(os.Getenv("CHIME_DATA_DIR")), host.DefaultDataDir)
+		if raw, err := os.ReadFile(filepath.Join(dir, host.TokenFile)); err == nil {
+			c.token = strings.TrimSpace(string(raw))
+		}
 	}
 	if c.http == nil {
 		c.http = &http.Client{Timeout: 30 * time.Second}

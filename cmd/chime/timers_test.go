@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,8 +66,17 @@ func TestTimersCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "Paused") {
 		t.Fatalf("pause: %q %v", out, err)
 	}
+	t.Setenv("CHIME_HOST_TOKEN", "")
+	t.Setenv("CHIME_DATA_DIR", t.TempDir())
 	if _, err := run(t, "timers", "stop", "sess-1", res.TimerID, "--host", srv.URL); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("stop without a token: %v", err)
+	}
+	// The token chime up keeps in the data dir is found without a flag.
+	if err := os.WriteFile(filepath.Join(os.Getenv("CHIME_DATA_DIR"), host.TokenFile), []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "timers", "resume", "sess-1", res.TimerID, "--host", srv.URL); err != nil || !strings.Contains(out, "Running") {
+		t.Fatalf("resume with the data dir's token: %q %v", out, err)
 	}
 	if _, err := run(t, "timers", "stop", "other", res.TimerID, "--host", srv.URL, "--token", "tok"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("stop in another session: %v", err)
