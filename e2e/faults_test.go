@@ -128,7 +128,7 @@ func faultClock(d *demo, session string, args map[string]any) map[string]any {
 		if err == nil && code == http.StatusOK && json.Unmarshal(out, &res) == nil {
 			return res
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // retry while the killed host restarts (a real process)
 	}
 }
 
@@ -254,7 +254,7 @@ func runFaults(b *testing.B) {
 			for n := 0; !stopWork.Load(); n++ {
 				s := fmt.Sprintf("fb-%03d", (w+16*n)%sessionsB)
 				if _, ok := pending.Load(s); !ok {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // idle worker: nothing due in this session yet
 					continue
 				}
 				_, _, _ = post(d.proxyURL+pc.path, pc.header(s), pc.body(s, fmt.Sprintf("ping %d", n)))
