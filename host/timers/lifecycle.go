@@ -132,22 +132,39 @@ func (m *Manager) Stop(sessionID, id, reason string) (View, error) {
 // Cancel stops waiting on a timer and keeps it running in the background:
 // its completion becomes a notice. Waits on it end at once.
 func (m *Manager) Cancel(sessionID, id, reason string) (View, error) {
-	t, err := m.liveTimer(sessionID, id)
-	if err != nil {
-		return View{}, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return View{}, stateError(id, t.rec.Status, "it has finished")
-	}
-	t.rec.Background = true
-	return m.commit(t, orDefault(reason, "cancel_timer"), true)
+	return m.change(sessionID, id, func(t *timer) (View, error) {
+		t.rec.Background = true
+		return m.commit(t, orDefault(reason, "cancel_timer"), true)
+	})
 }
 
 // Pause freezes a timer's remaining time for d, after which it resumes by
 // itself. Pausing a paused timer sets a new pause end.
 func (m *Manager) Pause(sessionID, id string, d time.Duration, reason string) (View, error) {
+	return m.change(sessionID, id, func(t *timer) (View, error) {
+		now := m.mono.Now()
+		if t.pauseEnd.IsZero() {
+			t.rec.RemainingMs = t.remaining(now).Milliseconds()
+		}
+		t.pauseEnd = now.Add(d)
+		return m.commit(t, orDefault(reason, "pause_timer"), true)
+	})
+}
+
+// Resume ends a pause early.
+func (m *Manager) Resume(sessionID, id, reason string) (View, error) {
+	return m.change(sessionID, id, func(t *timer) (View, error) {
+		if t.pauseEnd.IsZero() {
+			return View{}, stateError(id, t.status(), "only a paused timer can be resumed")
+		}
+		m.unpause(t, m.mono.Now())
+		return m.commit(t, orDefault(reason, "resume_timer"), true)
+	})
+}
+
+// change runs fn on a live timer of the session under its lock; a timer
+// that finished meanwhile is a wrong state.
+func (m *Manager) change(sessionID, id string, fn func(*timer) (View, error)) (View, error) {
 	t, err := m.liveTimer(sessionID, id)
 	if err != nil {
 		return View{}, err
@@ -157,27 +174,7 @@ func (m *Manager) Pause(sessionID, id string, d time.Duration, reason string) (V
 	if t.done {
 		return View{}, stateError(id, t.rec.Status, "it has finished")
 	}
-	now := m.mono.Now()
-	if t.pauseEnd.IsZero() {
-		t.rec.RemainingMs = t.remaining(now).Milliseconds()
-	}
-	t.pauseEnd = now.Add(d)
-	return m.commit(t, orDefault(reason, "pause_timer"), true)
-}
-
-// Resume ends a pause early.
-func (m *Manager) Resume(sessionID, id, reason string) (View, error) {
-	t, err := m.liveTimer(sessionID, id)
-	if err != nil {
-		return View{}, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done || t.pauseEnd.IsZero() {
-		return View{}, stateError(id, t.status(), "only a paused timer can be resumed")
-	}
-	m.unpause(t, m.mono.Now())
-	return m.commit(t, orDefault(reason, "resume_timer"), true)
+	return fn(t)
 }
 
 // unpause restarts the count of a paused timer at now. Call with t.mu held.
@@ -199,16 +196,9 @@ func (m *Manager) commit(t *timer, reason string, force bool) (View, error) {
 
 // finishLive ends a live timer as status (Stopped), for the tools and API.
 func (m *Manager) finishLive(sessionID, id, status, reason string) (View, error) {
-	t, err := m.liveTimer(sessionID, id)
-	if err != nil {
-		return View{}, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done {
-		return View{}, stateError(id, t.rec.Status, "it has finished")
-	}
-	return m.finish(t, status, reason, m.mono.Now())
+	return m.change(sessionID, id, func(t *timer) (View, error) {
+		return m.finish(t, status, reason, m.mono.Now())
+	})
 }
 
 // finish makes t Completed or Stopped at mono time now and drops it from
