@@ -72,7 +72,7 @@ func extractTags(specs []TagSpecifier, name string) (string, []Tag) {
 			continue
 		}
 		m := sp.Regex.FindStringSubmatchIndex(name)
-		if m == nil || len(m) < 4 || m[2] < 0 {
+		if len(m) < 4 || m[2] < 0 {
 			continue
 		}
 		vs, ve := m[2], m[3]

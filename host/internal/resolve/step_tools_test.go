@@ -94,7 +94,6 @@ func TestToolStepStoppedWhileRunning(t *testing.T) {
 // barrierTools holds every "timer" call until all of them have started, so
 // the test deadlocks (and fails on its guard) unless they run in parallel.
 type barrierTools struct {
-	want    int
 	started chan string
 	release chan struct{}
 	mu      sync.Mutex
