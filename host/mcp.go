@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,8 +35,14 @@ func (s *Service) mcpHandler() http.Handler {
 		}
 		srv.AddTool(&mcp.Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.Parameters}, s.mcpTool(spec.Name))
 	}
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Logger: s.log})
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{Logger: s.log, SessionTimeout: mcpSessionIdle})
 }
+
+// mcpSessionIdle closes an MCP session with no request for this long (an
+// open call or event stream keeps it), so abandoned ones do not pile up; a
+// client whose session is gone initializes a new one.
+const mcpSessionIdle = time.Hour
 
 // mcpToolSpecs are the tools /mcp can offer, in injection order.
 func mcpToolSpecs() []llm.ToolSpec {
