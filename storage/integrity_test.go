@@ -1,11 +1,9 @@
 package storage
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -47,21 +45,7 @@ func crash300Child(dir string) {
 func storeWAL300(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crash300Env+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	_ = cmd.Wait()
-	if strings.TrimSpace(line) != "written" {
-		t.Fatalf("child did not write: %q", line)
-	}
+	runWriterChild(t, crash300Env, dir)
 	return dir
 }
 

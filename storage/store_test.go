@@ -58,21 +58,7 @@ func openTemp(t testing.TB) *Store {
 
 func TestDurabilityAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	err = cmd.Wait()
-	if strings.TrimSpace(line) != "written" {
-		t.Fatalf("child did not report the write: %q (wait: %v)", line, err)
-	}
+	err := runWriterChild(t, crashEnv, dir)
 	var exitErr *exec.ExitError
 	if !errors.As(err, &exitErr) {
 		t.Fatalf("child should die by signal, got %v", err)
@@ -580,4 +566,27 @@ func openAt(t testing.TB, dir string) *Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// runWriterChild runs this test binary as a child that writes to dir (the
+// env variable name selects what it writes), reports "written" and is
+// killed before it can close the store. It returns how the child ended.
+func runWriterChild(t *testing.T, env, dir string) error {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	err = cmd.Wait()
+	if strings.TrimSpace(line) != "written" {
+		t.Fatalf("child did not report the write: %q (wait: %v)", line, err)
+	}
+	return err
 }
