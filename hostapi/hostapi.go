@@ -54,6 +54,8 @@ type HostDirective struct {
 	MaxRepeats int            `json:"maxRepeats,omitempty"`
 	Clock      *llm.ClockItem `json:"clock,omitempty"`
 	Route      string         `json:"route,omitempty"`
+	// EveryMs is the heartbeat interval of DirectiveHeartbeat.
+	EveryMs int64 `json:"everyMs,omitempty"`
 	// Position is Directive.Position: the user turns before the tag's
 	// message. The host applies a directive once per session and position
 	// (docs/directives.md).
@@ -246,6 +248,8 @@ const (
 	DirectiveClockClear       = "clock:clear"
 	DirectiveRoute            = "route"
 	DirectiveRouteClear       = "route:clear"
+	DirectiveHeartbeat        = "heartbeat"
+	DirectiveHeartbeatOff     = "heartbeat:off"
 )
 
 // DirectiveKind returns the HostDirective kind of a parsed directive, ""
@@ -264,6 +268,10 @@ func DirectiveKind(k llm.DirectiveKind) string {
 		return DirectiveRoute
 	case llm.DirectiveRouteClear:
 		return DirectiveRouteClear
+	case llm.DirectiveHeartbeat:
+		return DirectiveHeartbeat
+	case llm.DirectiveHeartbeatOff:
+		return DirectiveHeartbeatOff
 	}
 	return ""
 }

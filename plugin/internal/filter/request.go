@@ -230,7 +230,7 @@ func (h *httpContext) hostDirectives(dirs []llm.Directive) []hostapi.HostDirecti
 		}
 		out = append(out, hostapi.HostDirective{
 			Kind: kind, Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
-			Position: d.Position,
+			EveryMs: d.Every.Milliseconds(), Position: d.Position,
 		})
 	}
 	if dropped > 0 {
