@@ -31,6 +31,11 @@ const (
 	// PathFollowup: FollowupRequest → 204 the first time a valid marker is
 	// shown, 403 for an invalid, expired or already used one (docs/failures.md).
 	PathFollowup = "/v1/filter/followup"
+	// PathTemplate: a ResolveRequest of a finished turn the host did not
+	// resolve → 204. The host keeps it as the session's wake template
+	// (docs/scheduler.md#templates); the filter sends it only when a
+	// prepare answer asked (PrepareResponse.Template) and does not wait.
+	PathTemplate = "/v1/filter/template"
 )
 
 // HeaderFollowup marks a request the host sent back through the proxy
@@ -126,6 +131,11 @@ type PrepareResponse struct {
 	// Route is the session's pinned upstream route after this request's
 	// directives, "" when none (docs/directives.md#routing).
 	Route string `json:"route,omitempty"`
+	// Template asks the filter to send this request and its answer to
+	// PathTemplate once the answer is complete, unless it is resolved
+	// (the host then keeps the chain's own): the session can be woken
+	// (docs/scheduler.md#templates).
+	Template bool `json:"template,omitempty"`
 }
 
 // ResolveRequest hands the host a finished upstream turn that needs work:

@@ -45,6 +45,7 @@ type httpContext struct {
 	streaming      bool   // the client asked for SSE
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
+	wantTemplate   bool   // prepare asked for this request as the session's wake template
 	// serverTools are the tools injected into this request, sorted: the
 	// calls the response path withholds from the client and resolves.
 	serverTools []string
