@@ -10,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
@@ -89,6 +90,11 @@ type Config struct {
 	TimerMaxWait       time.Duration
 	TimerMaxPerSession int
 	TimerRetention     time.Duration
+	// Heartbeat is the default heartbeat of every session
+	// (docs/scheduler.md#heartbeat); a session's own setting overrides it.
+	Heartbeat scheduler.Heartbeat
+	// Wake configures wake runs (docs/scheduler.md#runs).
+	Wake WakeConfig
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
@@ -126,6 +132,14 @@ func DefaultConfig() Config {
 		TimerMaxWait:       timers.DefaultMaxWait,
 		TimerMaxPerSession: timers.DefaultMaxPerSession,
 		TimerRetention:     timers.DefaultRetention,
+		Heartbeat:          scheduler.DefaultHeartbeat(),
+		Wake: WakeConfig{
+			MaxConcurrentRuns: scheduler.DefaultMaxConcurrent,
+			HistoryTurns:      DefaultHistoryTurns,
+			MaxRunsPerHour:    DefaultMaxRunsPerHour,
+			Headers:           map[string]string{},
+			RouteHeaders:      map[string]map[string]string{},
+		},
 	}
 }
 

@@ -144,10 +144,13 @@ type configFile struct {
 	Holds  holdsSection  `yaml:"holds"`
 	Guards guardsSection `yaml:"guards"`
 	Timers timersSection `yaml:"timers"`
+	// docs/scheduler.md
+	Heartbeat heartbeatSection `yaml:"heartbeat"`
+	Wake      wakeSection      `yaml:"wake"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Heartbeat, &f.Wake, crossChecks{f}}
 }
 
 // configSection is one part of the file.

@@ -1,9 +1,12 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	badger "github.com/dgraph-io/badger/v4"
 )
 
 // --- the scheduler's per-session records (docs/scheduler.md) ---
@@ -216,4 +219,54 @@ func (s *Store) scanSessionRecords(suffix string, fn func(val []byte) error) err
 			return nil
 		})
 	})
+}
+
+// HasTasks reports whether the session has any clock task or notice.
+func (s *Store) HasTasks(sessionID string) (bool, error) {
+	sid, err := sanitizeID(sessionID)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	err = s.View(func(tx *Tx) error {
+		return tx.scanLimit(taskPrefix(sid), 1, func(_, _ []byte) error { found = true; return nil })
+	})
+	return found, err
+}
+
+// ScanTemplateSessions calls fn with the session id of every stored wake
+// template (restore at start).
+func (s *Store) ScanTemplateSessions(fn func(sessionID string) error) error {
+	return s.scanSessionRecords(templateSuffix, func(val []byte) error {
+		sid := decodeSessionID(val)
+		if sid == "" {
+			return nil
+		}
+		return fn(sid)
+	})
+}
+
+// decodeSessionID reads a record's sessionId field.
+func decodeSessionID(val []byte) string {
+	var v struct {
+		SessionID string `json:"sessionId"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(val))
+	if err := dec.Decode(&v); err != nil {
+		return ""
+	}
+	return v.SessionID
+}
+
+// scanLimit calls fn for at most n keys with prefix, without their values.
+func (tx *Tx) scanLimit(prefix []byte, n int, fn func(key, val []byte) error) error {
+	it := tx.txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix) && n > 0; it.Next() {
+		n--
+		if err := fn(it.Item().Key(), nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -30,19 +30,24 @@ const DefaultPrompt = "This is a scheduled check-in from chime, not a message fr
 
 // Heartbeat is a session's effective heartbeat setting.
 type Heartbeat struct {
-	Enabled         bool
-	Every           time.Duration
-	Prompt          string
-	AckToken        string
-	AckMaxChars     int
-	ActiveHours     *storage.ActiveHours
+	Enabled     bool
+	Every       time.Duration
+	Prompt      string
+	AckToken    string
+	AckMaxChars int
+	// ActiveHours bound interval wakes; start = end, or 00:00–24:00, is
+	// all day.
+	ActiveHours     storage.ActiveHours
 	OnlyWhenPending bool
 }
+
+// AllDay is the default window.
+var AllDay = storage.ActiveHours{Start: "00:00", End: "24:00", Timezone: "UTC"}
 
 // DefaultHeartbeat is the setting of a session nobody configured: off,
 // with the documented values ready for when it is turned on.
 func DefaultHeartbeat() Heartbeat {
-	return Heartbeat{Every: DefaultEvery, Prompt: DefaultPrompt, AckToken: DefaultAckToken, AckMaxChars: DefaultAckMaxChars}
+	return Heartbeat{Every: DefaultEvery, Prompt: DefaultPrompt, AckToken: DefaultAckToken, AckMaxChars: DefaultAckMaxChars, ActiveHours: AllDay}
 }
 
 // Merge lays a stored per-session setting over base (the config's
@@ -63,7 +68,7 @@ func Merge(base Heartbeat, rec storage.Heartbeat) Heartbeat {
 		h.AckMaxChars = rec.AckMaxChars
 	}
 	if rec.ActiveHours != nil {
-		h.ActiveHours = rec.ActiveHours
+		h.ActiveHours = *rec.ActiveHours
 	}
 	h.OnlyWhenPending = rec.OnlyWhenPending
 	return h
@@ -83,10 +88,8 @@ func (h Heartbeat) Check() error {
 	if h.AckMaxChars < 0 || h.AckMaxChars > 10000 {
 		return fmt.Errorf("ackMaxChars: %d: must be from 0 to 10000", h.AckMaxChars)
 	}
-	if h.ActiveHours != nil {
-		if _, err := ParseActiveHours(*h.ActiveHours); err != nil {
-			return fmt.Errorf("activeHours.%w", err)
-		}
+	if _, err := ParseActiveHours(h.ActiveHours); err != nil {
+		return fmt.Errorf("activeHours.%w", err)
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func TestActiveHoursErrorsNameTheField(t *testing.T) {
 		t.Fatalf("every: %v", err)
 	}
 	h = DefaultHeartbeat()
-	h.ActiveHours = &storage.ActiveHours{Start: "x", End: "08:00"}
+	h.ActiveHours = storage.ActiveHours{Start: "x", End: "08:00"}
 	if err := h.Check(); err == nil || !strings.HasPrefix(err.Error(), "activeHours.start") {
 		t.Fatalf("activeHours: %v", err)
 	}
