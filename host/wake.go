@@ -160,12 +160,18 @@ func (s *Service) keepTemplate(req *hostapi.ResolveRequest, body []byte, turn *l
 		return err
 	}
 	s.wake.mu.Lock()
+	first := !s.wake.templated[req.SessionID]
 	s.wake.templated[req.SessionID] = true
 	if len(creds) > 0 {
 		s.wake.creds[req.SessionID] = creds
 	}
 	s.wake.mu.Unlock()
 	s.metrics.WakeTemplates.Inc()
+	if first {
+		// Now it can be woken: what it already has due or configured arms.
+		s.armHeartbeat(req.SessionID)
+		s.noteTasksChanged(context.Background(), req.SessionID)
+	}
 	return nil
 }
 
