@@ -232,6 +232,31 @@ func (c Config) withDefaults() Config {
 	if c.TimerMaxWait <= 0 {
 		c.TimerMaxWait = timers.DefaultMaxWait
 	}
+	def := scheduler.DefaultHeartbeat()
+	if c.Heartbeat.Every <= 0 {
+		c.Heartbeat.Every = def.Every
+	}
+	if c.Heartbeat.Prompt == "" {
+		c.Heartbeat.Prompt = def.Prompt
+	}
+	if c.Heartbeat.AckToken == "" {
+		c.Heartbeat.AckToken = def.AckToken
+	}
+	if c.Heartbeat.AckMaxChars <= 0 {
+		c.Heartbeat.AckMaxChars = def.AckMaxChars
+	}
+	if c.Heartbeat.ActiveHours == (storage.ActiveHours{}) {
+		c.Heartbeat.ActiveHours = def.ActiveHours
+	}
+	if c.Wake.MaxConcurrentRuns <= 0 {
+		c.Wake.MaxConcurrentRuns = scheduler.DefaultMaxConcurrent
+	}
+	if c.Wake.HistoryTurns <= 0 {
+		c.Wake.HistoryTurns = DefaultHistoryTurns
+	}
+	if c.Wake.MaxRunsPerHour <= 0 {
+		c.Wake.MaxRunsPerHour = DefaultMaxRunsPerHour
+	}
 	if c.TimerMaxPerSession <= 0 {
 		c.TimerMaxPerSession = timers.DefaultMaxPerSession
 	}
