@@ -122,7 +122,7 @@ type Resolver struct {
 
 	mu        sync.Mutex
 	active    map[string][]*handle
-	sessions  map[string]int // session id → chains running
+	sessions  map[string]int       // session id → chains running
 	cancelled map[string]time.Time // request id → forget after
 	nextPrune time.Time
 }
