@@ -606,3 +606,55 @@ func (s *Service) noteTasksChanged(ctx context.Context, sid string) {
 	s.sched.WakeAt(sid, at.Add(s.cfg.DueWindow), scheduler.ReasonTask)
 	s.changed(sid)
 }
+
+// RunIsolated runs the model once for a cron job with target isolated
+// (docs/scheduler.md#cron-jobs): from the session's template, in a session
+// of its own (<session>:cron:<job>) so its tool calls and tasks stay
+// apart, with the job's text as the user item, and delivers the reply to
+// the session's user. An error means the run failed (the job backs off).
+func (s *Service) RunIsolated(ctx context.Context, sid, jobID, text string) error {
+	start := s.now()
+	isolated := sid + ":cron:" + jobID
+	tpl, ok, err := s.template(sid)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.recordRun(sid, storage.WakeRun{Reason: string(scheduler.ReasonCron), Status: RunSkipped, StartedAt: start.UnixMilli(),
+			Isolated: isolated, Why: "no template: the session has sent no request through chime that the host kept"})
+		return errors.New("no template for the session")
+	}
+	rt, _ := route.Pinned(s.store, sid)
+	headers, why := s.wakeHeaders(sid, tpl, rt)
+	if why != "" {
+		s.recordRun(sid, storage.WakeRun{Reason: string(scheduler.ReasonCron), Status: RunSkipped, Why: why, StartedAt: start.UnixMilli(), Isolated: isolated})
+		return errors.New(why)
+	}
+	runID, err := s.nextRunID(isolated)
+	if err != nil {
+		return err
+	}
+	loc := s.location(tpl.Timezone)
+	body := "[chime cron job " + jobID + "] " + text + "\n\n" + s.timeTag(loc)
+	rec := storage.WakeRun{ID: runID, Reason: string(scheduler.ReasonCron), StartedAt: start.UnixMilli(), Isolated: isolated, Events: 1}
+	reply, usage, err := s.sendWake(clock.WithLocation(ctx, loc), isolated, runID, tpl, headers, rt, body)
+	rec.DurationMs = s.now().Sub(start).Milliseconds()
+	if err != nil {
+		rec.Status, rec.Error = RunFailed, err.Error()
+		s.recordRun(sid, rec)
+		s.metrics.WakeRuns.WithLabelValues(string(scheduler.ReasonCron), RunFailed).Inc()
+		return err
+	}
+	rec.InputTokens, rec.OutputTokens = usage.InputTokens, usage.OutputTokens
+	rec.Status = RunSent
+	if strings.TrimSpace(reply) == "" {
+		rec.Status = RunOKEmpty
+	} else if err := s.deliver(ctx, Delivery{Session: sid, RunID: runID, Reason: string(scheduler.ReasonCron), Text: reply, At: s.now()}); err != nil {
+		rec.Error = "delivery: " + err.Error()
+	}
+	rec.Reply = truncateRunes(reply, maxReplyKept)
+	s.recordRun(sid, rec)
+	s.metrics.WakeRuns.WithLabelValues(string(scheduler.ReasonCron), rec.Status).Inc()
+	s.log.Info("isolated cron run", "session", sid, "run", runID, "status", rec.Status, "ms", rec.DurationMs)
+	return nil
+}
