@@ -185,19 +185,14 @@ func (s *Service) applyHeartbeatDirective(sid string, d hostapi.HostDirective) e
 }
 
 func (s *Service) handleRuns(w http.ResponseWriter, r *http.Request, includeText bool) {
-	var runs storage.WakeRuns
-	err := s.store.View(func(tx *storage.Tx) error {
-		var err error
-		runs, err = tx.WakeRuns(r.PathValue("id"))
-		return err
-	})
+	runs, err := s.runsOf(r.PathValue("id"))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "runs not readable")
 		return
 	}
-	out := make([]RunView, 0, len(runs.Runs))
-	for i := len(runs.Runs) - 1; i >= 0; i-- { // newest first
-		v := RunView{runs.Runs[i]}
+	out := make([]RunView, 0, len(runs))
+	for i := len(runs) - 1; i >= 0; i-- { // newest first
+		v := RunView{runs[i]}
 		if !includeText {
 			v.Reply = ""
 		}

@@ -216,6 +216,9 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
 	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })
+	runTicker := s.clock.NewTicker(s.cfg.TouchSync)
+	defer runTicker.Stop()
+	wg.Go(func() { s.runRecorder(ctx, runTicker.Chan()) })
 
 	srv := &http.Server{
 		Handler:           s.handler,
@@ -252,6 +255,9 @@ func (s *Service) Close() error {
 		s.drain.Lock() // never released: the service is closed
 		if err := s.touches.Flush(); err != nil {
 			s.log.Warn("host: final session touch flush failed", "err", err)
+		}
+		if err := s.flushRuns(); err != nil {
+			s.log.Warn("host: final wake run flush failed", "err", err)
 		}
 		s.closeErr = s.store.Close()
 	})

@@ -60,11 +60,18 @@ type wakeState struct {
 	templated map[string]bool              // sessions with a stored template
 	hbOn      map[string]bool              // sessions whose effective heartbeat is on
 	budget    map[string][]time.Time       // session → recent non-manual run starts
+	seq       map[string]int64             // session → the last run number
+
+	pendingRuns map[string][]storage.WakeRun // run records waiting for the next flush
+	nPending    int
+	flushNow    chan struct{}
+	flushMu     sync.Mutex
 }
 
 func newWakeState() wakeState {
 	return wakeState{creds: map[string]map[string]string{}, templated: map[string]bool{},
-		hbOn: map[string]bool{}, budget: map[string][]time.Time{}}
+		hbOn: map[string]bool{}, budget: map[string][]time.Time{}, seq: map[string]int64{},
+		pendingRuns: map[string][]storage.WakeRun{}, flushNow: make(chan struct{}, 1)}
 }
 
 // wakeRunner adapts the service to scheduler.Runner.
@@ -368,42 +375,17 @@ func (s *Service) takeBudget(sid string, now time.Time) bool {
 	return true
 }
 
-// nextRunID numbers the session's runs: wake:<session>:<n>.
+// nextRunID names a run wake:<session>:<n>. n only grows: the larger of
+// the last n plus one and the Unix ms now, so ids stay unique across
+// restarts without a write per run (an id is part of the delivery's
+// idempotency key, docs/delivery.md).
 func (s *Service) nextRunID(sid string) (string, error) {
-	var n int64
-	err := s.store.Update(func(tx *storage.Tx) error {
-		r, err := tx.WakeRuns(sid)
-		if err != nil {
-			return err
-		}
-		r.Seq++
-		n = r.Seq
-		return tx.PutWakeRuns(r)
-	})
-	return wakePrefix + sid + ":" + strconv.FormatInt(n, 10), err
-}
-
-// recordRun appends a run to the session's bounded history.
-func (s *Service) recordRun(sid string, run storage.WakeRun) {
-	err := s.store.Update(func(tx *storage.Tx) error {
-		r, err := tx.WakeRuns(sid)
-		if err != nil {
-			return err
-		}
-		if run.ID == "" {
-			r.Seq++
-			run.ID = wakePrefix + sid + ":" + strconv.FormatInt(r.Seq, 10)
-		}
-		r.Runs = append(r.Runs, run)
-		if n := len(r.Runs) - maxRunsKept; n > 0 {
-			r.Runs = append([]storage.WakeRun(nil), r.Runs[n:]...)
-		}
-		return tx.PutWakeRuns(r)
-	})
-	if err != nil {
-		s.log.Warn("recording a wake run failed", "session", sid, "err", err)
-	}
-	s.changed(sid)
+	now := s.now().UnixMilli()
+	s.wake.mu.Lock()
+	n := max(s.wake.seq[sid]+1, now)
+	s.wake.seq[sid] = n
+	s.wake.mu.Unlock()
+	return wakePrefix + sid + ":" + strconv.FormatInt(n, 10), nil
 }
 
 // changed is a hook for live views (the dashboard); nil-safe.

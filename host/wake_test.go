@@ -169,3 +169,31 @@ func TestHeartbeatAPIValidates(t *testing.T) {
 		t.Fatalf("bad wake reason: %d", rec.Code)
 	}
 }
+
+func TestRunRecordsBatchedButKept(t *testing.T) {
+	f := newFixture(t)
+	for i := range maxRunsKept + 5 {
+		f.svc.recordRun("s", storage.WakeRun{Reason: "manual", Status: RunSkipped, Why: "w", StartedAt: int64(i)})
+	}
+	rec := f.do(t, http.MethodGet, "/api/sessions/s/runs", "", nil)
+	runs := gjson.Get(rec.Body.String(), "runs").Array()
+	if len(runs) != maxRunsKept || runs[0].Get("startedAt").Int() != maxRunsKept+4 {
+		t.Fatalf("before the flush: %d runs, newest %s", len(runs), runs[0].Raw)
+	}
+	ids := map[string]bool{}
+	for _, r := range runs {
+		ids[r.Get("id").String()] = true
+	}
+	if len(ids) != maxRunsKept {
+		t.Fatalf("run ids repeat: %d distinct", len(ids))
+	}
+	dir := f.dir
+	if err := f.svc.Close(); err != nil { // flushes
+		t.Fatal(err)
+	}
+	g := openFixture(t, dir, f.clk)
+	got, err := g.svc.runsOf("s")
+	if err != nil || len(got) != maxRunsKept || got[len(got)-1].StartedAt != maxRunsKept+4 {
+		t.Fatalf("after a restart: %d runs, %v", len(got), err)
+	}
+}

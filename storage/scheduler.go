@@ -65,10 +65,9 @@ type WakeRun struct {
 	Isolated     string `json:"isolated,omitempty"` // the isolated session id of a cron run
 }
 
-// WakeRuns is a session's recent runs, newest last, and its run counter.
+// WakeRuns is a session's recent runs, newest last.
 type WakeRuns struct {
 	SessionID string    `json:"sessionId"`
-	Seq       int64     `json:"seq"`
 	Runs      []WakeRun `json:"runs"`
 }
 

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chimehq/chime/hostapi"
+)
+
+// BenchmarkWakes10k (docs/scheduler.md): 10 000 sessions with a template
+// and a 30 s heartbeat on a `chime host` process, their wakes going through
+// `chime proxy` to the mock. It prints the host's RSS once every session
+// has beaten at least once, and how late wake runs start against their
+// due time (chime_wake_lateness_seconds, read from its buckets). Goals:
+// p99 ≤ 50 ms, RSS ≤ 300 MB.
+func BenchmarkWakes10k(b *testing.B) {
+	const sessions = 10_000
+	const every = 30 * time.Second
+	for i := 0; i < b.N; i++ {
+		d := newDemo(b)
+		d.proxyAndMock(b)
+		host := d.host(b)
+		pid := host.cmd.Process.Pid
+		baseRSS := rssMB(b, pid)
+		reentry := strings.TrimPrefix(d.proxyURL, "http://")
+		// Most heartbeats find nothing to say.
+		acks := make([]map[string]any, sessions+500)
+		for i := range acks {
+			acks[i] = map[string]any{"text": "HEARTBEAT_OK"}
+		}
+		d.script(b, acks...)
+
+		var failed atomic.Int64
+		work := make(chan int)
+		var wg sync.WaitGroup
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		call := func(method, path string, body any) {
+			raw, _ := json.Marshal(body)
+			req, _ := http.NewRequest(method, d.hostURL+path, strings.NewReader(string(raw)))
+			req.Header.Set("authorization", "Bearer "+hostToken)
+			resp, err := client.Do(req)
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				failed.Add(1)
+			}
+		}
+		start := time.Now()
+		for w := 0; w < 16; w++ {
+			wg.Go(func() {
+				for n := range work {
+					sid := fmt.Sprintf("wake-bench-%d", n)
+					call("POST", hostapi.PathTemplate, map[string]any{
+						"requestId": "t-" + sid, "sessionId": sid, "protocol": "chat", "path": "/v1/chat/completions",
+						"reentry": reentry, "headers": map[string]string{"authorization": "Bearer sk-bench"},
+						"request": json.RawMessage(`{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"hello"}]}`),
+						"turn":    map[string]any{"text": "hi", "finish": map[string]any{"reason": "stop"}},
+					})
+					call("PUT", "/api/sessions/"+sid+"/heartbeat", map[string]any{"enabled": true, "every": every.String()})
+				}
+			})
+		}
+		for n := 0; n < sessions; n++ {
+			work <- n
+		}
+		close(work)
+		wg.Wait()
+		setup := time.Since(start)
+		// Every session beats once within `every` of its set-up.
+		deadline := time.Now().Add(every + setup + 30*time.Second)
+		runs := 0.0
+		for time.Now().Before(deadline) {
+			runs = wakeRuns(b, d.hostURL)
+			if runs >= sessions {
+				break
+			}
+			time.Sleep(time.Second) // poll another process
+		}
+		rss := rssMB(b, pid)
+		p50, p99 := histogramQuantiles(b, d.hostURL, "chime_wake_lateness_seconds", 0.5, 0.99)
+		b.ReportMetric(runs, "runs")
+		b.ReportMetric(rss, "host-RSS-MB")
+		b.ReportMetric(p50*1000, "late-p50-ms")
+		b.ReportMetric(p99*1000, "late-p99-ms")
+		b.Logf("%d sessions set up in %s (%d failed); %.0f wake runs; host RSS %.0f MB (%.0f MB at start); lateness p50 ≤ %.0f ms, p99 ≤ %.0f ms (goals: p99 ≤ 50 ms, RSS ≤ 300 MB)",
+			sessions, setup.Round(time.Millisecond), failed.Load(), runs, rss, baseRSS, p50*1000, p99*1000)
+		if runs < sessions {
+			b.Errorf("only %.0f of %d sessions were woken", runs, sessions)
+		}
+	}
+}
+
+// wakeRuns sums chime_wake_runs_total over its labels.
+func wakeRuns(b *testing.B, hostURL string) float64 {
+	total := 0.0
+	for _, line := range strings.Split(getJSON(b, hostURL+"/metrics"), "\n") {
+		if strings.HasPrefix(line, "chime_wake_runs_total{") {
+			_, v, _ := strings.Cut(line, "} ")
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// histogramQuantiles reads a Prometheus histogram from /metrics and
+// returns the upper bound of the bucket holding each quantile.
+func histogramQuantiles(b *testing.B, hostURL, name string, qs ...float64) (float64, float64) {
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	for _, line := range strings.Split(getJSON(b, hostURL+"/metrics"), "\n") {
+		rest, ok := strings.CutPrefix(line, name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, count, _ := strings.Cut(rest, `"} `)
+		l, err := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			l, err = math.Inf(1), nil
+		}
+		c, err2 := strconv.ParseFloat(strings.TrimSpace(count), 64)
+		if err != nil || err2 != nil {
+			b.Fatalf("bad bucket line %q", line)
+		}
+		buckets = append(buckets, bucket{l, c})
+	}
+	if len(buckets) == 0 || buckets[len(buckets)-1].count == 0 {
+		b.Fatalf("histogram %s is empty", name)
+	}
+	total := buckets[len(buckets)-1].count
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		for _, bk := range buckets {
+			if bk.count >= q*total {
+				out[i] = bk.le
+				break
+			}
+		}
+	}
+	return out[0], out[1]
+}
