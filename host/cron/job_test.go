@@ -160,7 +160,7 @@ func TestBackoffSequence(t *testing.T) {
 			t.Errorf("Backoff(%d) = %s, want %s", i, got, w)
 		}
 	}
-	if Backoff(1 << 30) != time.Hour {
+	if Backoff(1<<30) != time.Hour {
 		t.Error("a huge count stays at 60m")
 	}
 }
