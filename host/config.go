@@ -10,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/cron"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
@@ -89,6 +90,13 @@ type Config struct {
 	TimerMaxWait       time.Duration
 	TimerMaxPerSession int
 	TimerRetention     time.Duration
+	// DisableCron turns cron jobs off (cron.enabled=false, docs/cron.md):
+	// stored jobs stay listed, none runs and none can be added.
+	// CronMaxPerSession bounds a session's jobs; CronJobs are the jobs the
+	// config file declares (cron.jobs).
+	DisableCron       bool
+	CronMaxPerSession int
+	CronJobs          []cron.Declared
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
@@ -126,6 +134,8 @@ func DefaultConfig() Config {
 		TimerMaxWait:       timers.DefaultMaxWait,
 		TimerMaxPerSession: timers.DefaultMaxPerSession,
 		TimerRetention:     timers.DefaultRetention,
+
+		CronMaxPerSession: cron.DefaultMaxPerSession,
 	}
 }
 
@@ -223,6 +233,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TimerRetention <= 0 {
 		c.TimerRetention = timers.DefaultRetention
+	}
+	if c.CronMaxPerSession <= 0 {
+		c.CronMaxPerSession = cron.DefaultMaxPerSession
 	}
 	if c.MaxConcurrentPrepares <= 0 {
 		c.MaxConcurrentPrepares = DefaultMaxConcurrentPrepares

@@ -144,10 +144,11 @@ type configFile struct {
 	Holds  holdsSection  `yaml:"holds"`
 	Guards guardsSection `yaml:"guards"`
 	Timers timersSection `yaml:"timers"`
+	Cron   cronSection   `yaml:"cron"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, crossChecks{f}}
 }
 
 // configSection is one part of the file.
@@ -509,7 +510,7 @@ func unknownField(path string) string {
 	}
 	var known []string
 	for p := range fileSchema {
-		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && !strings.ContainsAny(rest, ".[") {
+		if rest, ok := strings.CutPrefix(p, schemaPath(prefix)); ok && rest != "" && !strings.ContainsAny(rest, ".[") {
 			known = append(known, rest)
 		}
 	}

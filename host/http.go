@@ -50,6 +50,12 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
 	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
 	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(s.handleTimerAction))
+	handle("GET /api/jobs", "api_jobs", s.dashboard(s.handleAllJobs))
+	handle("GET /api/sessions/{id}/jobs", "api_jobs", s.dashboard(s.handleJobs))
+	handle("POST /api/sessions/{id}/jobs", "api_job_create", s.authed(s.handleJobCreate))
+	handle("GET /api/sessions/{id}/jobs/{jid}", "api_job", s.dashboard(s.handleJob))
+	handle("DELETE /api/sessions/{id}/jobs/{jid}", "api_job_delete", s.authed(s.handleJobDelete))
+	handle("POST /api/sessions/{id}/jobs/{jid}/{action}", "api_job_action", s.authed(s.handleJobAction))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {

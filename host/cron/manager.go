@@ -160,7 +160,7 @@ func newID() string {
 // Restore loads every stored job. An enabled job whose next run passed
 // while the host was down is due at once: it runs once, then follows its
 // schedule from now on (a backlog is never replayed). Call it once, before
-// Run.
+// Run; jobs already in memory are kept as they are.
 func (m *Manager) Restore() (int, error) {
 	now := m.clock.Now()
 	var recs []storage.CronJob
@@ -184,6 +184,10 @@ func (m *Manager) Restore() (int, error) {
 			}
 		}
 		m.mu.Lock()
+		if _, loaded := m.jobs[key{rec.SessionID, rec.JobID}]; loaded {
+			m.mu.Unlock()
+			continue
+		}
 		m.jobs[key{rec.SessionID, rec.JobID}] = j
 		m.perSes[rec.SessionID]++
 		if j.rec.Enabled && j.rec.NextRunAt != 0 {
@@ -480,10 +484,19 @@ func (m *Manager) Get(sessionID, id string) (storage.CronJob, error) {
 
 // List returns a session's jobs, oldest first.
 func (m *Manager) List(sessionID string) []storage.CronJob {
+	return m.list(func(k key) bool { return k.session == sessionID })
+}
+
+// ListAll returns every job of every session, oldest first.
+func (m *Manager) ListAll() []storage.CronJob {
+	return m.list(func(key) bool { return true })
+}
+
+func (m *Manager) list(keep func(key) bool) []storage.CronJob {
 	m.mu.Lock()
 	var js []*job
 	for k, j := range m.jobs {
-		if k.session == sessionID {
+		if keep(k) {
 			js = append(js, j)
 		}
 	}
