@@ -1,7 +1,10 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
+	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +179,51 @@ func TestCronJobsSurviveRestart(t *testing.T) {
 	byText := map[string]JobView{vs[0].Text: vs[0], vs[1].Text: vs[1]}
 	if byText["hourly"].JobID != j.JobID || byText["hourly"].NextRunAt != j.NextRunAt || byText["declared"].Source != "config" {
 		t.Fatalf("after restart %+v", vs)
+	}
+}
+
+// TestServeRunsOverdueCronJobs: Serve restores the jobs and starts the
+// loop; a job that came due while the host was down runs once at start.
+func TestServeRunsOverdueCronJobs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clk := clockwork.NewFakeClockAt(t0)
+	f := openFixture(t, dir, clk)
+	r := f.do(t, "POST", "/api/sessions/sess/jobs", testToken, JobCreate{Schedule: "1m", Text: "minutely"})
+	if r.Code != 201 {
+		t.Fatalf("create: %d %s", r.Code, r.Body)
+	}
+	j := decodeAs[JobView](t, r.Body.Bytes())
+	if err := f.svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour) // sixty missed runs
+	g := openFixture(t, dir, clk)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.svc.Serve(ctx, ln) }()
+	deadline := time.Now().Add(10 * time.Second) // a hang guard: the run is a goroutine away
+	var got JobView
+	for {
+		v, err := g.svc.cron.Get("sess", j.JobID)
+		if err == nil && v.Runs > 0 {
+			got = jobView(v, false)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the overdue job did not run")
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if got.Runs != 1 || got.LastRunAt != clk.Now().UnixMilli() || got.NextRunAt != clk.Now().Add(time.Minute).UnixMilli() {
+		t.Fatalf("overdue run %+v", got)
 	}
 }
