@@ -294,6 +294,15 @@ func (m *Manager) run(ctx context.Context, j *job, due time.Time, manual bool) s
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.RunTimeout)
 	err := m.deliver(rctx, rec)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// The host is stopping: the run counts as not run. The job stays
+		// due as stored and runs again at the next start.
+		m.log.Debug("cron: run interrupted by shutdown", "session", rec.SessionID, "job", rec.JobID)
+		m.mu.Lock()
+		j.running = false
+		m.mu.Unlock()
+		return rec
+	}
 	outcome := OutcomeOK
 	if err != nil {
 		outcome = OutcomeFailed

@@ -524,3 +524,44 @@ func TestDeclaredJobsReconcile(t *testing.T) {
 		t.Fatalf("reconciled: %+v", js3)
 	}
 }
+
+// blockingSink holds isolated runs until their context ends.
+type blockingSink struct {
+	fakeSink
+	started chan struct{}
+}
+
+func (s *blockingSink) RunIsolated(ctx context.Context, _, _, _ string) error {
+	s.started <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestShutdownDuringARunLeavesItDue(t *testing.T) {
+	st := newStore(t)
+	clk := clockwork.NewFakeClockAt(t0)
+	sink := &blockingSink{started: make(chan struct{}, 1)}
+	f := newFixtureOn(t, st, clk, func(c *Config) { c.Sink = sink })
+	j := f.create(t, Spec{Schedule: "1m", Target: TargetIsolated})
+	clk.Advance(time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = f.m.Run(ctx); close(done) }()
+	select {
+	case <-sink.started:
+	case <-time.After(10 * time.Second): // a hang guard
+		t.Fatal("the run did not start")
+	}
+	cancel()
+	<-done // Run waits for the run in flight
+	stored, ok, err := st.GetCronJob("s1", j.JobID)
+	if err != nil || !ok || stored.Runs != 0 || stored.ConsecutiveFailures != 0 || stored.NextRunAt != t0.Add(time.Minute).UnixMilli() {
+		t.Fatalf("after an interrupted run: %+v %v %v", stored, ok, err)
+	}
+	// The next start runs it.
+	g := newFixtureOn(t, st, clk)
+	g.m.Tick(context.Background())
+	if c := g.drain(); len(c) != 1 || c[0].op != "isolated" {
+		t.Fatalf("at the next start: %+v", c)
+	}
+}
