@@ -7,15 +7,6 @@ import (
 	"time"
 )
 
-func mustZone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return loc
-}
-
 // fires lists the runs of a schedule from `from` (exclusive) up to `to`,
 // each as the next after the previous one, as the manager chains them.
 func fires(t *testing.T, s Schedule, from, to time.Time) []time.Time {
