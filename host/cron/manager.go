@@ -624,7 +624,9 @@ func (m *Manager) change(sessionID, id string, fn func(*job, time.Time) (time.Ti
 	}
 	m.mu.Lock()
 	m.unqueue(j)
-	if !next.IsZero() && !j.deleted {
+	// A run that started meanwhile re-queues the job itself when it ends,
+	// from the state written here.
+	if !next.IsZero() && !j.deleted && !j.running {
 		j.at = next
 		heap.Push(&m.queue, j)
 	}

@@ -565,3 +565,63 @@ func TestShutdownDuringARunLeavesItDue(t *testing.T) {
 		t.Fatalf("at the next start: %+v", c)
 	}
 }
+
+// TestConcurrentChangesKeepTheHeapSound: API changes racing with runs
+// never put a job in the heap twice or lose an enabled one.
+func TestConcurrentChangesKeepTheHeapSound(t *testing.T) {
+	f := newFixture(t)
+	var ids []string
+	for range 20 {
+		ids = append(ids, f.create(t, Spec{Schedule: "1s"}).JobID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = f.m.Run(ctx); close(done) }()
+	go func() { // drain the sink
+		for {
+			select {
+			case <-f.sink.calls:
+			case <-done:
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				id := ids[(i*7+w)%len(ids)]
+				switch i % 4 {
+				case 0:
+					_, _ = f.m.Pause("s1", id)
+				case 1:
+					_, _ = f.m.Resume("s1", id)
+				case 2:
+					_, _ = f.m.RunNow(context.Background(), "s1", id)
+				case 3:
+					f.clock.Advance(time.Second)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	<-done
+	for _, id := range ids { // leave every job enabled
+		_, _ = f.m.Resume("s1", id)
+	}
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	seen := map[*job]bool{}
+	for i, j := range f.m.queue {
+		if seen[j] || j.index != i {
+			t.Fatalf("heap entry %d: duplicate %v, index %d", i, seen[j], j.index)
+		}
+		seen[j] = true
+	}
+	for _, j := range f.m.jobs {
+		if j.rec.Enabled != seen[j] {
+			t.Fatalf("job %s enabled %v but queued %v", j.rec.JobID, j.rec.Enabled, seen[j])
+		}
+	}
+}
