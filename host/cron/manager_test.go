@@ -625,3 +625,37 @@ func TestConcurrentChangesKeepTheHeapSound(t *testing.T) {
 		}
 	}
 }
+
+// TestManagerAcrossDST drives the manager with a fake clock in 5-minute
+// steps across both transitions: each daily job runs once a day.
+func TestManagerAcrossDST(t *testing.T) {
+	cases := []struct {
+		zone, expr, from string
+		days             time.Duration
+		want             []string
+	}{
+		{"America/New_York", "30 1 * * *", "2026-10-31T12:00:00Z", 2,
+			[]string{"2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"}},
+		{"America/New_York", "30 2 * * *", "2026-03-07T12:00:00Z", 2,
+			[]string{"2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"}},
+		{"Europe/Paris", "30 2 * * *", "2026-03-28T12:00:00Z", 2,
+			[]string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"Europe/Paris", "30 2 * * *", "2026-10-24T12:00:00Z", 2,
+			[]string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+	}
+	for _, c := range cases {
+		t.Run(c.zone+" "+c.from, func(t *testing.T) {
+			f := newFixtureOn(t, newStore(t), clockwork.NewFakeClockAt(utc(c.from)))
+			f.create(t, Spec{Kind: KindCron, Schedule: c.expr, TZ: c.zone})
+			var got []time.Time
+			for range int(c.days * 24 * 12) {
+				for _, call := range f.advanceTick(5 * time.Minute) {
+					if call.op == "event" {
+						got = append(got, call.at)
+					}
+				}
+			}
+			wantFires(t, got, c.want...)
+		})
+	}
+}
