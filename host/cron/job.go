@@ -289,6 +289,10 @@ func (s Schedule) Next(now, anchor time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// maxGap bounds how far before the parser's answer a spring-forward gap
+// is looked for: longer than any clock change in use (2 h at most).
+const maxGap = 3 * time.Hour
+
 // cronNext applies crontab's DST rules to the parser's answer for jobs at
 // a fixed hour: a run whose wall time falls in a spring-forward gap happens
 // once, right after the gap; a wall time that a fall-back repeats runs on
@@ -312,15 +316,21 @@ func (s Schedule) cronNext(now time.Time) time.Time {
 }
 
 // gapRun finds a spring-forward gap after now and before n in which the
-// schedule has a wall time: that run happens when the gap ends.
+// schedule has a wall time: that run happens when the gap ends. The parser
+// turns such a wall time into one just after the gap, so only a gap that
+// ended shortly before n can hold one.
 func (s Schedule) gapRun(now, n time.Time) (time.Time, bool) {
-	_, offNow := now.In(s.loc).Zone()
+	lo := n.Add(-maxGap)
+	if lo.Before(now) {
+		lo = now
+	}
+	_, offLo := lo.In(s.loc).Zone()
 	_, offN := n.In(s.loc).Zone()
-	if offN <= offNow {
+	if offN <= offLo {
 		return time.Time{}, false
 	}
-	// The last offset change in (now, n], to the minute.
-	lo, hi := now, n
+	// The offset change in (lo, n], to the minute.
+	hi := n
 	for hi.Sub(lo) > time.Minute {
 		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Minute)
 		if !mid.After(lo) {

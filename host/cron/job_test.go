@@ -99,6 +99,13 @@ func TestCronNextAcrossDST(t *testing.T) {
 			want: []string{"2026-03-08T05:30:00Z", "2026-03-08T06:30:00Z", "2026-03-08T07:30:00Z", "2026-03-08T08:30:00Z"},
 		},
 		{
+			// A yearly job on a spring-forward day, computed from a date with
+			// the same offset (the year's fall-back lies in between).
+			name: "paris yearly on the skipped day", zone: "Europe/Paris", expr: "30 2 29 3 *",
+			from: "2025-04-01T00:00:00Z", to: "2027-04-01T00:00:00Z",
+			want: []string{"2026-03-29T01:00:00Z", "2027-03-29T00:30:00Z"},
+		},
+		{
 			// A fixed-hour job every 20 minutes in the skipped hour runs once
 			// after the gap, then its later times as usual.
 			name: "paris every 20 minutes of 02h on the skipped day", zone: "Europe/Paris", expr: "*/20 2 * * *",
