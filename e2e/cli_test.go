@@ -299,6 +299,13 @@ func (d *demo) clearMockRequests(t testing.TB) {
 
 func postJSON(t testing.TB, url string, hdr map[string]string, body any) (int, []byte) {
 	t.Helper()
+	return requestJSON(t, "POST", url, hdr, body)
+}
+
+// requestJSON sends body (a string, bytes, or a value to marshal; nil for
+// none) as JSON with method.
+func requestJSON(t testing.TB, method, url string, hdr map[string]string, body any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case string:
@@ -312,7 +319,10 @@ func postJSON(t testing.TB, url string, hdr map[string]string, body any) (int, [
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest("POST", url, rd)
+	if body == nil {
+		rd = http.NoBody
+	}
+	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

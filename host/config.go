@@ -11,6 +11,7 @@ import (
 
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/cron"
+	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/ntp"
@@ -97,6 +98,11 @@ type Config struct {
 	DisableCron       bool
 	CronMaxPerSession int
 	CronJobs          []cron.Declared
+	// Heartbeat is the default heartbeat of every session
+	// (docs/scheduler.md#heartbeat); a session's own setting overrides it.
+	Heartbeat scheduler.Heartbeat
+	// Wake configures wake runs (docs/scheduler.md#runs).
+	Wake WakeConfig
 	// TouchSync is how often session lastSeenAt updates are written
 	// (default 2 s); see internal/touch.
 	TouchSync time.Duration
@@ -136,6 +142,14 @@ func DefaultConfig() Config {
 		TimerRetention:     timers.DefaultRetention,
 
 		CronMaxPerSession: cron.DefaultMaxPerSession,
+		Heartbeat:         scheduler.DefaultHeartbeat(),
+		Wake: WakeConfig{
+			MaxConcurrentRuns: scheduler.DefaultMaxConcurrent,
+			HistoryTurns:      DefaultHistoryTurns,
+			MaxRunsPerHour:    DefaultMaxRunsPerHour,
+			Headers:           map[string]string{},
+			RouteHeaders:      map[string]map[string]string{},
+		},
 	}
 }
 
@@ -227,6 +241,31 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TimerMaxWait <= 0 {
 		c.TimerMaxWait = timers.DefaultMaxWait
+	}
+	def := scheduler.DefaultHeartbeat()
+	if c.Heartbeat.Every <= 0 {
+		c.Heartbeat.Every = def.Every
+	}
+	if c.Heartbeat.Prompt == "" {
+		c.Heartbeat.Prompt = def.Prompt
+	}
+	if c.Heartbeat.AckToken == "" {
+		c.Heartbeat.AckToken = def.AckToken
+	}
+	if c.Heartbeat.AckMaxChars <= 0 {
+		c.Heartbeat.AckMaxChars = def.AckMaxChars
+	}
+	if c.Heartbeat.ActiveHours == (storage.ActiveHours{}) {
+		c.Heartbeat.ActiveHours = def.ActiveHours
+	}
+	if c.Wake.MaxConcurrentRuns <= 0 {
+		c.Wake.MaxConcurrentRuns = scheduler.DefaultMaxConcurrent
+	}
+	if c.Wake.HistoryTurns <= 0 {
+		c.Wake.HistoryTurns = DefaultHistoryTurns
+	}
+	if c.Wake.MaxRunsPerHour <= 0 {
+		c.Wake.MaxRunsPerHour = DefaultMaxRunsPerHour
 	}
 	if c.TimerMaxPerSession <= 0 {
 		c.TimerMaxPerSession = timers.DefaultMaxPerSession

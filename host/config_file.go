@@ -145,10 +145,13 @@ type configFile struct {
 	Guards guardsSection `yaml:"guards"`
 	Timers timersSection `yaml:"timers"`
 	Cron   cronSection   `yaml:"cron"`
+	// docs/scheduler.md
+	Heartbeat heartbeatSection `yaml:"heartbeat"`
+	Wake      wakeSection      `yaml:"wake"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, &f.Heartbeat, &f.Wake, crossChecks{f}}
 }
 
 // configSection is one part of the file.

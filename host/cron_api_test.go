@@ -113,11 +113,27 @@ func TestCronJobAPI(t *testing.T) {
 	if code, v := act("resume"); code != 200 || !v.Enabled || v.NextRunAt == 0 {
 		t.Fatalf("resume: %d %+v", code, v)
 	}
-	if code, v := act("run"); code != 200 || v.Runs != 1 || v.LastStatus != "ok" || v.LastRunAt != t0.UnixMilli() {
+	// An isolated run needs the session's template: without one it fails
+	// and the job backs off.
+	if code, v := act("run"); code != 200 || v.Runs != 1 || v.LastStatus != "failed" || !strings.Contains(v.LastError, "no template") ||
+		v.ConsecutiveFailures != 1 || v.LastRunAt != t0.UnixMilli() {
 		t.Fatalf("run: %d %+v", code, v)
 	}
+	// A main job queues its text as the session's system event cron:<id>.
+	r = f.do(t, "POST", base, testToken, JobCreate{Schedule: "1h", Text: "main text"})
+	mj := decodeAs[JobView](t, r.Body.Bytes())
+	if r := f.do(t, "POST", base+"/"+mj.JobID+"/run", testToken, nil); r.Code != 200 || decodeAs[JobView](t, r.Body.Bytes()).LastStatus != "ok" {
+		t.Fatalf("main run: %d %s", r.Code, r.Body)
+	}
+	if r := f.do(t, "GET", "/api/sessions/sess/events?include=text", testToken, nil); !strings.Contains(r.Body.String(), `"contextKey":"cron:`+mj.JobID+`"`) ||
+		!strings.Contains(r.Body.String(), "main text") {
+		t.Fatalf("events after a main run: %s", r.Body)
+	}
+	if r := f.do(t, "DELETE", base+"/"+mj.JobID, testToken, nil); r.Code != 200 {
+		t.Fatalf("delete main job: %d", r.Code)
+	}
 	m := f.do(t, "GET", "/metrics", "", nil).Body.String()
-	for _, want := range []string{`chime_cron_runs_total{outcome="ok"} 1`, "chime_cron_jobs_live 1", "chime_cron_lateness_seconds_count 0"} {
+	for _, want := range []string{`chime_cron_runs_total{outcome="ok"} 1`, `chime_cron_runs_total{outcome="failed"} 1`, "chime_cron_jobs_live 1", "chime_cron_lateness_seconds_count 0"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}

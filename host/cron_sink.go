@@ -2,30 +2,26 @@ package host
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/chimehq/chime/host/cron"
+	"github.com/chimehq/chime/host/scheduler"
+	"github.com/chimehq/chime/storage"
 )
 
-// cronSink is where firing cron jobs go (docs/cron.md). Until the
-// scheduler (requestWake, the system event queue, isolated runs) is wired
-// in, it is a placeholder that delivers nothing and logs at debug level:
-// replace this file's body with the scheduler's adapter.
-func (s *Service) cronSink() cron.Sink { return logCronSink{log: s.log} }
+// cronSink is where firing cron jobs go (docs/cron.md#targets): target
+// main queues the job's text as a system event and wakes the session
+// through the scheduler; target isolated runs the model in a session of its
+// own (RunIsolated, docs/scheduler.md).
+func (s *Service) cronSink() cron.Sink { return serviceCronSink{s} }
 
-// logCronSink accepts every run and only logs it (without the job's text).
-type logCronSink struct{ log *slog.Logger }
+type serviceCronSink struct{ s *Service }
 
-func (k logCronSink) EnqueueEvent(_ context.Context, sessionID, contextKey, _ string) error {
-	k.log.Debug("cron: system event (no scheduler wired yet)", "session", sessionID, "contextKey", contextKey)
-	return nil
+func (k serviceCronSink) EnqueueEvent(ctx context.Context, sessionID, contextKey, text string) error {
+	return k.s.EnqueueEvent(ctx, sessionID, storage.SystemEvent{ContextKey: contextKey, Text: text, Source: "cron"})
 }
 
-func (k logCronSink) Wake(sessionID, reason string) {
-	k.log.Debug("cron: wake (no scheduler wired yet)", "session", sessionID, "reason", reason)
-}
+func (k serviceCronSink) Wake(sessionID, _ string) { k.s.RequestWake(sessionID, scheduler.ReasonCron) }
 
-func (k logCronSink) RunIsolated(_ context.Context, sessionID, jobID, _ string) error {
-	k.log.Debug("cron: isolated run (no scheduler wired yet)", "session", cron.IsolatedSession(sessionID, jobID))
-	return nil
+func (k serviceCronSink) RunIsolated(ctx context.Context, sessionID, jobID, text string) error {
+	return k.s.RunIsolated(ctx, sessionID, jobID, text)
 }

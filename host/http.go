@@ -56,6 +56,14 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions/{id}/jobs/{jid}", "api_job", s.dashboard(s.handleJob))
 	handle("DELETE /api/sessions/{id}/jobs/{jid}", "api_job_delete", s.authed(s.handleJobDelete))
 	handle("POST /api/sessions/{id}/jobs/{jid}/{action}", "api_job_action", s.authed(s.handleJobAction))
+	handle("POST "+hostapi.PathTemplate, "template", s.authed(s.handleTemplate))
+	handle("GET /api/sessions/{id}/heartbeat", "api_heartbeat", s.dashboard(s.handleGetHeartbeat))
+	handle("PUT /api/sessions/{id}/heartbeat", "api_heartbeat_put", s.authed(s.handlePutHeartbeat))
+	handle("DELETE /api/sessions/{id}/heartbeat", "api_heartbeat_delete", s.authed(s.handleDeleteHeartbeat))
+	handle("GET /api/sessions/{id}/runs", "api_runs", s.dashboard(s.handleRuns))
+	handle("GET /api/sessions/{id}/events", "api_events", s.dashboard(s.handleEvents))
+	handle("POST /api/sessions/{id}/events", "api_events_post", s.authed(s.handlePostEvent))
+	handle("POST /api/sessions/{id}/wake", "api_wake", s.authed(s.handleWake))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {
@@ -71,7 +79,7 @@ func (s *Service) routes() http.Handler {
 // knownMethods lets a wrong method get 405 instead of 404.
 var knownMethods = map[string]string{
 	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
-	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST",
+	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST", hostapi.PathTemplate: "POST",
 	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 

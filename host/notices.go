@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 
+	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/timers"
 )
 
@@ -10,13 +11,14 @@ import (
 // (docs/timers.md#notices): a notice in the clock engine, which reserves it
 // into the session's next request or a hold like a due reminder. Its id
 // derives from the timer's, so a completion replayed after a crash is one
-// notice. The wake scheduler and the delivery queue (docs/roadmap.md) will
-// take it from here too.
+// notice. It also wakes the session (docs/scheduler.md), whose client may
+// be gone.
 func (s *Service) timerNotice(ctx context.Context, n timers.Notice) error {
 	if err := s.engine.AddNotice(ctx, n.SessionID, noticeID(n.TimerID), n.Text, n.At); err != nil {
 		return err
 	}
 	s.metrics.TimerNotices.Inc()
+	s.RequestWake(n.SessionID, scheduler.ReasonTimer)
 	s.log.Info("timer completed in the background; notice queued", "session", n.SessionID, "timer", n.TimerID)
 	return nil
 }

@@ -89,6 +89,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	if ans.Route, err = route.Pinned(s.store, sid); err != nil {
 		s.log.Warn("reading session record failed", "err", err)
 	}
+	ans.Template = s.wantsTemplate(sid)
 	return ans
 }
 
@@ -156,9 +157,13 @@ func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d h
 	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear:
 		return s.stops.ApplyDirective(sid, d, now)
 	case hostapi.DirectiveClock, hostapi.DirectiveClockClear:
-		return s.engine.ApplyDirective(ctx, sid, requestID, d)
+		err := s.engine.ApplyDirective(ctx, sid, requestID, d)
+		s.noteTasksChanged(ctx, sid)
+		return err
 	case hostapi.DirectiveRoute, hostapi.DirectiveRouteClear:
 		return route.ApplyDirective(s.store, sid, d, now)
+	case hostapi.DirectiveHeartbeat, hostapi.DirectiveHeartbeatOff:
+		return s.applyHeartbeatDirective(sid, d)
 	}
 	return fmt.Errorf("unknown directive kind %q", d.Kind)
 }
@@ -166,7 +171,8 @@ func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d h
 // directiveLabel bounds the metric label set to the known kinds.
 func directiveLabel(kind string) string {
 	switch kind {
-	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear, hostapi.DirectiveClock, hostapi.DirectiveClockClear, hostapi.DirectiveRoute, hostapi.DirectiveRouteClear:
+	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear, hostapi.DirectiveClock, hostapi.DirectiveClockClear,
+		hostapi.DirectiveRoute, hostapi.DirectiveRouteClear, hostapi.DirectiveHeartbeat, hostapi.DirectiveHeartbeatOff:
 		return kind
 	}
 	return "unknown"

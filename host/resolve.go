@@ -43,6 +43,7 @@ func (s *Service) newResolver() (*resolve.Resolver, error) {
 		Client:          s.cfg.FollowupClient,
 		FollowupTimeout: s.cfg.FollowupTimeout,
 		DefaultReentry:  s.cfg.Reentry,
+		Finished:        s.chainFinished,
 		Logger:          s.log,
 	})
 }

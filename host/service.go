@@ -32,6 +32,7 @@ import (
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
+	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/stopmessage"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/hostapi"
@@ -71,6 +72,16 @@ type Service struct {
 
 	zones   sync.Map // IANA name → *time.Location
 	markers markerLedger
+
+	// The scheduler (docs/scheduler.md): wakes, heartbeats, templates.
+	sched    *scheduler.Scheduler
+	wake     wakeState
+	wakeHTTP *http.Client
+	// deliverFn replaces the session connector when a delivery queue is
+	// wired (deliver).
+	deliverFn func(context.Context, Delivery) error
+	// onChange is told a session's state changed (live views).
+	onChange func(sid string)
 
 	prepareSlots chan struct{} // admission control of prepare calls
 	shedLog      periodicLog
@@ -156,6 +167,17 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
 	})
 	s.metrics.RegisterReservationTTL(func() float64 { return engine.ReservationTTL().Seconds() })
+	s.wake = newWakeState()
+	s.wakeHTTP = &http.Client{
+		Timeout:       cfg.FollowupTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport:     &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16},
+	}
+	s.sched = scheduler.New(scheduler.Config{
+		Runner: wakeRunner{s}, Clock: hostClock, MaxConcurrent: cfg.Wake.MaxConcurrentRuns,
+		Observe: func(_ scheduler.Reason, late time.Duration) { s.metrics.WakeLateness.Observe(late.Seconds()) },
+		Logger:  logger,
+	})
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()
@@ -192,7 +214,9 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	} else if n > 0 {
 		s.log.Info("timers restored", "count", n, "completed while down", done)
 	}
+	s.restoreWakes(ctx)
 	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.sched.Run(ctx) })
 	wg.Go(func() { _ = s.engine.Run(ctx) })
 	wg.Go(func() { _ = s.timers.Run(ctx) })
 	s.restoreCron()

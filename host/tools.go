@@ -41,7 +41,9 @@ func (s *Service) newServerTools() *serverTools {
 			names:    []string{hostapi.ClockToolName},
 			disabled: s.cfg.DisableClock,
 			run: func(ctx context.Context, sid, rid, _ string, args json.RawMessage) json.RawMessage {
-				return s.engine.Execute(ctx, sid, rid, args)
+				out := s.engine.Execute(ctx, sid, rid, args)
+				s.noteTasksChanged(ctx, sid)
+				return out
 			},
 		},
 		&toolFamily{

@@ -31,6 +31,11 @@ const (
 	// PathFollowup: FollowupRequest → 204 the first time a valid marker is
 	// shown, 403 for an invalid, expired or already used one (docs/failures.md).
 	PathFollowup = "/v1/filter/followup"
+	// PathTemplate: a ResolveRequest of a finished turn the host did not
+	// resolve → 204. The host keeps it as the session's wake template
+	// (docs/scheduler.md#templates); the filter sends it only when a
+	// prepare answer asked (PrepareResponse.Template) and does not wait.
+	PathTemplate = "/v1/filter/template"
 )
 
 // HeaderFollowup marks a request the host sent back through the proxy
@@ -54,6 +59,8 @@ type HostDirective struct {
 	MaxRepeats int            `json:"maxRepeats,omitempty"`
 	Clock      *llm.ClockItem `json:"clock,omitempty"`
 	Route      string         `json:"route,omitempty"`
+	// EveryMs is the heartbeat interval of DirectiveHeartbeat.
+	EveryMs int64 `json:"everyMs,omitempty"`
 	// Position is Directive.Position: the user turns before the tag's
 	// message. The host applies a directive once per session and position
 	// (docs/directives.md).
@@ -124,6 +131,11 @@ type PrepareResponse struct {
 	// Route is the session's pinned upstream route after this request's
 	// directives, "" when none (docs/directives.md#routing).
 	Route string `json:"route,omitempty"`
+	// Template asks the filter to send this request and its answer to
+	// PathTemplate once the answer is complete, unless it is resolved
+	// (the host then keeps the chain's own): the session can be woken
+	// (docs/scheduler.md#templates).
+	Template bool `json:"template,omitempty"`
 }
 
 // ResolveRequest hands the host a finished upstream turn that needs work:
@@ -246,6 +258,8 @@ const (
 	DirectiveClockClear       = "clock:clear"
 	DirectiveRoute            = "route"
 	DirectiveRouteClear       = "route:clear"
+	DirectiveHeartbeat        = "heartbeat"
+	DirectiveHeartbeatOff     = "heartbeat:off"
 )
 
 // DirectiveKind returns the HostDirective kind of a parsed directive, ""
@@ -264,6 +278,10 @@ func DirectiveKind(k llm.DirectiveKind) string {
 		return DirectiveRoute
 	case llm.DirectiveRouteClear:
 		return DirectiveRouteClear
+	case llm.DirectiveHeartbeat:
+		return DirectiveHeartbeat
+	case llm.DirectiveHeartbeatOff:
+		return DirectiveHeartbeatOff
 	}
 	return ""
 }

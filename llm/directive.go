@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chimehq/chime/llm/internal/reqscan"
 	"github.com/tidwall/gjson"
@@ -20,6 +21,8 @@ const (
 	DirectiveClockClear                            // <**clock:clear**>
 	DirectiveRoute                                 // <**route:NAME**>
 	DirectiveRouteClear                            // <**route:clear**>
+	DirectiveHeartbeat                             // <**heartbeat:"30m"**>
+	DirectiveHeartbeatOff                          // <**heartbeat:off**>
 )
 
 // String returns the directive's keyword form, e.g. "stopMessage:clear".
@@ -37,6 +40,10 @@ func (k DirectiveKind) String() string {
 		return "route"
 	case DirectiveRouteClear:
 		return "route:clear"
+	case DirectiveHeartbeat:
+		return "heartbeat"
+	case DirectiveHeartbeatOff:
+		return "heartbeat:off"
 	}
 	return "unknown"
 }
@@ -58,6 +65,9 @@ type Directive struct {
 	Clock *ClockItem
 	// Route is set for DirectiveRoute.
 	Route string
+	// Every is set for DirectiveHeartbeat: the interval, at least
+	// MinHeartbeatEvery.
+	Every time.Duration
 	// Position is the number of user turns before the message holding the
 	// tag (Request.Directives; docs/directives.md). It stays the same when the client
 	// resends that message, so the host can apply a directive once.
@@ -326,10 +336,42 @@ func parseTag(tag string) Directive {
 		default:
 			d.Route = arg
 		}
+	case strings.EqualFold(name, "heartbeat"):
+		d.Kind = DirectiveHeartbeat
+		switch {
+		case arg == "off":
+			d.Kind = DirectiveHeartbeatOff
+		case !hasArg:
+			d.Err = ErrDirectiveSyntax
+		default:
+			d.Every, d.Err = parseHeartbeatEvery(arg)
+		}
 	default:
 		d.Kind = DirectiveUnknown
 	}
 	return d
+}
+
+// MinHeartbeatEvery and MaxHeartbeatEvery bound a heartbeat interval
+// (docs/scheduler.md): seconds for tests and demos, a week at most.
+const (
+	MinHeartbeatEvery = time.Second
+	MaxHeartbeatEvery = 7 * 24 * time.Hour
+)
+
+// ErrDirectiveHeartbeat is a heartbeat interval that is not a quoted Go
+// duration within the bounds.
+var ErrDirectiveHeartbeat = errors.New(`heartbeat must be "off" or a quoted duration from 1s to 168h, e.g. "30m"`)
+
+func parseHeartbeatEvery(arg string) (time.Duration, error) {
+	if len(arg) < 2 || arg[0] != '"' || arg[len(arg)-1] != '"' {
+		return 0, ErrDirectiveHeartbeat
+	}
+	every, err := time.ParseDuration(strings.TrimSpace(arg[1 : len(arg)-1]))
+	if err != nil || every < MinHeartbeatEvery || every > MaxHeartbeatEvery {
+		return 0, ErrDirectiveHeartbeat
+	}
+	return every, nil
 }
 
 func parseStopMessage(d *Directive, arg string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseDirectivesKinds(t *testing.T) {
@@ -21,6 +22,9 @@ func TestParseDirectivesKinds(t *testing.T) {
 		{`<**clock:clear**>`, Directive{Kind: DirectiveClockClear}},
 		{`<**route:fast-1**>`, Directive{Kind: DirectiveRoute, Route: "fast-1"}},
 		{`<**route:clear**>`, Directive{Kind: DirectiveRouteClear}},
+		{`<**heartbeat:"30m"**>`, Directive{Kind: DirectiveHeartbeat, Every: 30 * time.Minute}},
+		{`<**heartbeat: "2s" **>`, Directive{Kind: DirectiveHeartbeat, Every: 2 * time.Second}},
+		{`<**heartbeat:off**>`, Directive{Kind: DirectiveHeartbeatOff}},
 		{`<**!glm**>`, Directive{Kind: DirectiveUnknown}},
 		{`<****>`, Directive{Kind: DirectiveUnknown}},
 	}
@@ -30,7 +34,7 @@ func TestParseDirectivesKinds(t *testing.T) {
 			t.Fatalf("%s: got %d directives", tt.in, len(got))
 		}
 		d := got[0]
-		if d.Err != nil || d.Kind != tt.want.Kind || d.Text != tt.want.Text || d.MaxRepeats != tt.want.MaxRepeats || d.Route != tt.want.Route {
+		if d.Err != nil || d.Kind != tt.want.Kind || d.Text != tt.want.Text || d.MaxRepeats != tt.want.MaxRepeats || d.Route != tt.want.Route || d.Every != tt.want.Every {
 			t.Errorf("%s: got %+v, want %+v", tt.in, d, tt.want)
 		}
 		if d.Raw != tt.in {
@@ -85,6 +89,11 @@ func TestMalformedDirectives(t *testing.T) {
 		{`<**clock:soon**>`, DirectiveClock, ErrDirectiveClock},
 		{`<**route:a b**>`, DirectiveRoute, ErrDirectiveRoute},
 		{`<**route:**>`, DirectiveRoute, ErrDirectiveRoute},
+		{`<**heartbeat:30m**>`, DirectiveHeartbeat, ErrDirectiveHeartbeat},
+		{`<**heartbeat:"500ms"**>`, DirectiveHeartbeat, ErrDirectiveHeartbeat},
+		{`<**heartbeat:"200h"**>`, DirectiveHeartbeat, ErrDirectiveHeartbeat},
+		{`<**heartbeat:"soon"**>`, DirectiveHeartbeat, ErrDirectiveHeartbeat},
+		{`<**heartbeat**>`, DirectiveHeartbeat, ErrDirectiveSyntax},
 	}
 	for _, tt := range tests {
 		text := "keep " + tt.in + " this"

@@ -116,7 +116,7 @@ func (e *Engine) NextDue(ctx context.Context, sessionID, requestID string) (time
 	var best int64
 	found := false
 	for _, t := range tasks {
-		if t.DeliveredAt != 0 || e.isExpired(t, now) || blockedFor(t, requestID) || e.reservedByOther(t, requestID, now) {
+		if t.DeliveredAt != 0 || e.isExpired(t, now) || blockedFor(t, requestID) || e.reservedByOther(t, requestID, now) || awayInWake(t, requestID) {
 			continue
 		}
 		at := t.DueAt - e.cfg.DueWindow.Milliseconds()

@@ -130,7 +130,21 @@ func (e *Engine) reserve(sessionID, requestID string, now time.Time) ([]Reminder
 
 func (e *Engine) injectable(t storage.ClockTask, requestID string, now time.Time) bool {
 	return e.isDue(t, now) && !e.isExpired(t, now) && t.DeliveredAt == 0 &&
-		!blockedFor(t, requestID) && !e.reservedByOther(t, requestID, now)
+		!blockedFor(t, requestID) && !e.reservedByOther(t, requestID, now) && !awayInWake(t, requestID)
+}
+
+// Wake runs and what they deliver (docs/scheduler.md): a wake's request
+// ids start with WakePrefix, and a reply delivered to the session
+// connector is a notice whose id starts with AwayPrefix. Such a notice is
+// for the client's next request; a wake never takes it, or the reply
+// would go back to the model instead of the user.
+const (
+	WakePrefix = "wake:"
+	AwayPrefix = "away_"
+)
+
+func awayInWake(t storage.ClockTask, requestID string) bool {
+	return strings.HasPrefix(t.TaskID, AwayPrefix) && strings.HasPrefix(requestID, WakePrefix)
 }
 
 // Commit records delivery of everything requestID reserved (docs/clock-tool.md: when

@@ -525,6 +525,13 @@ func (m *Manager) list(keep func(key) bool) []storage.CronJob {
 	return out
 }
 
+// HasJobs reports whether the session has a job (enabled or not).
+func (m *Manager) HasJobs(sessionID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.perSes[sessionID] > 0
+}
+
 // Live is how many jobs are enabled.
 func (m *Manager) Live() int {
 	m.mu.Lock()

@@ -53,6 +53,14 @@ type Metrics struct {
 	// with RegisterGaugeFunc.
 	TimerNotices  prometheus.Counter
 	TimerLateness prometheus.Histogram
+	// WakeRuns counts wake runs by reason and status, WakeSkips wakes
+	// that did not run by why, WakeTemplates templates kept, and
+	// WakeLateness how late runs start against their due time
+	// (docs/scheduler.md).
+	WakeRuns      *prometheus.CounterVec
+	WakeSkips     *prometheus.CounterVec
+	WakeTemplates prometheus.Counter
+	WakeLateness  prometheus.Histogram
 	// FollowupMarkersRefused counts followup markers refused as invalid,
 	// expired or replayed (docs/failures.md).
 	FollowupMarkersRefused prometheus.Counter
@@ -129,6 +137,21 @@ func New(snapshot func() ntp.State) *Metrics {
 		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5},
 	})
 	r.MustRegister(m.TimerNotices, m.TimerLateness)
+	m.WakeRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chime_wake_runs_total", Help: "Wake runs by reason and status.",
+	}, []string{"reason", "status"})
+	m.WakeSkips = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chime_wake_skips_total", Help: "Wakes that did not run, by why.",
+	}, []string{"why"})
+	m.WakeTemplates = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chime_wake_templates_total", Help: "Session requests kept as wake templates.",
+	})
+	m.WakeLateness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chime_wake_lateness_seconds",
+		Help:    "How late wake runs start against their due time.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5},
+	})
+	r.MustRegister(m.WakeRuns, m.WakeSkips, m.WakeTemplates, m.WakeLateness)
 	r.MustRegister(m.LatePrepares, m.Requests, m.RemindersInjected, m.Reservations, m.Directives, m.DirectiveErrors, m.DirectiveDuplicates, m.ToolCalls,
 		m.Followups, m.Chains, m.Holds, m.FollowupFailures, m.FollowupMarkersRefused, m.DirectivesIgnored, m.PrepareShed,
 		ntpCollector{snapshot: snapshot},

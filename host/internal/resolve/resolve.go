@@ -107,7 +107,12 @@ type Config struct {
 	Client           *http.Client
 	FollowupTimeout  time.Duration
 	MaxResponseBytes int64
-	Logger           *slog.Logger
+	// Finished, when set, is told how each chain that was not cancelled
+	// ended: the last request sent and the turn that answered it (the
+	// original ones when no followup was sent). The host keeps them as
+	// the session's wake template.
+	Finished func(req *hostapi.ResolveRequest, body []byte, last *llm.Turn)
+	Logger   *slog.Logger
 }
 
 // Resolver runs followup chains. It is safe for concurrent use.
@@ -117,6 +122,7 @@ type Resolver struct {
 
 	mu        sync.Mutex
 	active    map[string][]*handle
+	sessions  map[string]int       // session id → chains running
 	cancelled map[string]time.Time // request id → forget after
 	nextPrune time.Time
 }
@@ -153,7 +159,7 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Resolver{cfg: cfg, log: cfg.Logger, active: map[string][]*handle{}, cancelled: map[string]time.Time{}}, nil
+	return &Resolver{cfg: cfg, log: cfg.Logger, active: map[string][]*handle{}, sessions: map[string]int{}, cancelled: map[string]time.Time{}}, nil
 }
 
 func setDefault(d *time.Duration, def time.Duration) {
@@ -241,6 +247,8 @@ func (r *Resolver) Resolve(ctx context.Context, req hostapi.ResolveRequest) (hos
 		return hostapi.ResolveResponse{Reason: ReasonCancelled}, nil
 	}
 	defer r.unregister(req.RequestID, h)
+	r.busy(req.SessionID, 1)
+	defer r.busy(req.SessionID, -1)
 
 	if loc := r.cfg.Location(req.Timezone); loc != nil {
 		ctx = clock.WithLocation(ctx, loc)
@@ -252,6 +260,9 @@ func (r *Resolver) Resolve(ctx context.Context, req hostapi.ResolveRequest) (hos
 	}
 	reason := c.run()
 	resp := c.answer(reason)
+	if r.cfg.Finished != nil && reason != ReasonCancelled {
+		r.cfg.Finished(&req, c.body, c.turn)
+	}
 	r.cfg.Observer.Chain(reason)
 	r.log.Info("resolve finished", "request", req.RequestID, "session", req.SessionID,
 		"reason", reason, "hops", c.hops, "continued", resp.Continued)
@@ -311,6 +322,25 @@ func (r *Resolver) register(id string, h *handle) bool {
 	}
 	r.active[id] = append(r.active[id], h)
 	return true
+}
+
+// Busy reports whether a chain of the session is running: its client is
+// being answered (a hold, a tool round, a stopMessage continuation).
+func (r *Resolver) Busy(sessionID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[sessionID] > 0
+}
+
+func (r *Resolver) busy(sessionID string, d int) {
+	if sessionID == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[sessionID] += d; r.sessions[sessionID] <= 0 {
+		delete(r.sessions, sessionID)
+	}
 }
 
 func (r *Resolver) unregister(id string, h *handle) {

@@ -39,6 +39,7 @@ var directiveKindsDropped = []string{
 	hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear,
 	hostapi.DirectiveClock, hostapi.DirectiveClockClear,
 	hostapi.DirectiveRoute, hostapi.DirectiveRouteClear,
+	hostapi.DirectiveHeartbeat, hostapi.DirectiveHeartbeatOff,
 }
 
 // MetricDirectivesKept counts directives kept for a later prepare;

@@ -62,6 +62,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		return
 	}
 	h.mayContinue = ans.MayContinue
+	h.wantTemplate = ans.Template
 	h.routeFromAnswer(ans.Route)
 	delivered := h.rewrite(&ans)
 	if ans.Reserved {

@@ -45,6 +45,7 @@ type httpContext struct {
 	streaming      bool   // the client asked for SSE
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
+	wantTemplate   bool   // prepare asked for this request as the session's wake template
 	// serverTools are the tools injected into this request, sorted: the
 	// calls the response path withholds from the client and resolves.
 	serverTools []string
@@ -230,7 +231,7 @@ func (h *httpContext) hostDirectives(dirs []llm.Directive) []hostapi.HostDirecti
 		}
 		out = append(out, hostapi.HostDirective{
 			Kind: kind, Text: d.Text, MaxRepeats: d.MaxRepeats, Clock: d.Clock, Route: d.Route,
-			Position: d.Position,
+			EveryMs: d.Every.Milliseconds(), Position: d.Position,
 		})
 	}
 	if dropped > 0 {

@@ -121,7 +121,13 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	}
 	if !h.mayContinue && !mayNameServerTool(body, h.serverTools) {
 		// Nothing to resolve or withhold: the answer passes as is, so
-		// there is no need to parse it.
+		// there is no need to parse it, unless it completes a template.
+		if h.wantTemplate {
+			if turn, err := llm.ParseResponse(h.protocol, body); err == nil {
+				r.orig = turn
+				h.sendTemplate()
+			}
+		}
 		return proxywasm.ActionContinue
 	}
 	turn, err := llm.ParseResponse(h.protocol, body)
@@ -133,6 +139,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	if h.needsResolve(true) && h.resolve(false) {
 		return proxywasm.ActionPause
 	}
+	h.sendTemplate()
 	if out, changed := h.jsonEnding(nil); changed {
 		h.replaceResponse(out)
 	}
@@ -195,6 +202,9 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 		r.paused = out
 		h.emit(chunk, out, size)
 		return proxywasm.ActionPause
+	}
+	if complete {
+		h.sendTemplate()
 	}
 	out = append(out, h.sseEnding(nil)...)
 	h.emit(chunk, out, size)
@@ -272,25 +282,8 @@ func (h *httpContext) needsResolve(complete bool) bool {
 // be sent; the caller then fails open at once.
 func (h *httpContext) resolve(streaming bool) bool {
 	p, r := h.plugin, &h.resp
-	req := hostapi.ResolveRequest{
-		RequestID:   h.requestID,
-		SessionID:   h.sessionID,
-		Protocol:    h.protocol.String(),
-		Path:        h.path,
-		Reentry:     h.reentry,
-		Headers:     h.followupHeaders(),
-		Request:     json.RawMessage("null"),
-		Turn:        r.orig,
-		ServerTools: h.serverTools,
-		Streaming:   h.streaming || streaming,
-		Timezone:    h.zone.String(),
-	}
-	body, err := json.Marshal(req)
+	body, err := h.turnReport(streaming)
 	if err == nil {
-		// The request goes in byte for byte: json.Marshal would re-encode
-		// (compact and escape) a body of megabytes. The first
-		// `"request":null` is the field: the ones before it hold only strings.
-		body = bytes.Replace(body, []byte(`"request":null`), append([]byte(`"request":`), h.sentBody...), 1)
 		err = p.callHost(hostapi.PathResolve, body, p.cfg.ResolveTimeoutMs, h.onResolveAnswer)
 	}
 	h.sentBody = nil
@@ -303,6 +296,57 @@ func (h *httpContext) resolve(streaming bool) bool {
 	p.resolves.inc()
 	r.pending = true
 	return true
+}
+
+// turnReport is the ResolveRequest of this request and its answer, as
+// JSON: PathResolve and PathTemplate take the same body.
+func (h *httpContext) turnReport(streaming bool) ([]byte, error) {
+	req := hostapi.ResolveRequest{
+		RequestID:   h.requestID,
+		SessionID:   h.sessionID,
+		Protocol:    h.protocol.String(),
+		Path:        h.path,
+		Reentry:     h.reentry,
+		Headers:     h.followupHeaders(),
+		Request:     json.RawMessage("null"),
+		Turn:        h.resp.orig,
+		ServerTools: h.serverTools,
+		Streaming:   h.streaming || streaming,
+		Timezone:    h.zone.String(),
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	// The request goes in byte for byte: json.Marshal would re-encode
+	// (compact and escape) a body of megabytes. The first
+	// `"request":null` is the field: the ones before it hold only strings.
+	return bytes.Replace(body, []byte(`"request":null`), append([]byte(`"request":`), h.sentBody...), 1), nil
+}
+
+// sendTemplate hands the host this request and its answer as the
+// session's wake template when the prepare answer asked for it
+// (docs/scheduler.md#templates). Nobody waits for the answer: a lost
+// template only means a wake is built from an older one.
+func (h *httpContext) sendTemplate() {
+	if !h.wantTemplate || h.sentBody == nil || h.sessionID == "" || h.resp.orig == nil {
+		return
+	}
+	h.wantTemplate = false
+	p := h.plugin
+	body, err := h.turnReport(false)
+	if err == nil {
+		err = p.callHost(hostapi.PathTemplate, body, p.cfg.PrepareTimeoutMs, func(numHeaders, bodySize, _ int) {
+			if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
+				p.hostFailures.inc()
+				proxywasm.LogDebugf("chime: template of a request not kept by the host: %s", failure)
+			}
+		})
+	}
+	if err != nil {
+		p.hostFailures.inc()
+		proxywasm.LogDebugf("chime: request %s: cannot send template: %v", h.requestID, err)
+	}
 }
 
 // onResolveAnswer finishes the paused response with the host's verdict.
