@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/chimehq/chime/host/cron"
+	"github.com/chimehq/chime/host/scheduler"
 )
 
 func decodeAs[T any](t *testing.T, body []byte) T {
@@ -241,5 +244,26 @@ func TestServeRunsOverdueCronJobs(t *testing.T) {
 	}
 	if got.Runs != 1 || got.LastRunAt != clk.Now().UnixMilli() || got.NextRunAt != clk.Now().Add(time.Minute).UnixMilli() {
 		t.Fatalf("overdue run %+v", got)
+	}
+}
+
+// TestCronTextFitsAnEvent: a job's text always fits the system event a
+// main job queues, so no job is accepted that could never run.
+func TestCronTextFitsAnEvent(t *testing.T) {
+	if cron.MaxTextChars > scheduler.MaxEventText {
+		t.Fatalf("cron text up to %d characters, events up to %d", cron.MaxTextChars, scheduler.MaxEventText)
+	}
+	f := newFixture(t)
+	long := strings.Repeat("é", cron.MaxTextChars)
+	r := f.do(t, "POST", "/api/sessions/s/jobs", testToken, JobCreate{Schedule: "1h", Text: long})
+	if r.Code != 201 {
+		t.Fatalf("create: %d %s", r.Code, r.Body)
+	}
+	j := decodeAs[JobView](t, r.Body.Bytes())
+	if r := f.do(t, "POST", "/api/sessions/s/jobs/"+j.JobID+"/run", testToken, nil); r.Code != 200 || decodeAs[JobView](t, r.Body.Bytes()).LastStatus != "ok" {
+		t.Fatalf("run of the longest text: %d %s", r.Code, r.Body)
+	}
+	if r := f.do(t, "POST", "/api/sessions/s/jobs", testToken, JobCreate{Schedule: "1h", Text: long + "x"}); r.Code != 400 {
+		t.Fatalf("one character more: %d %s", r.Code, r.Body)
 	}
 }

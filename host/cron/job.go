@@ -48,11 +48,13 @@ const (
 
 // Limits of a job spec.
 const (
-	MinEvery    = time.Second
-	MaxEvery    = 366 * 24 * time.Hour
-	MaxTextLen  = 16 << 10 // bytes
-	MaxNameLen  = 200      // bytes
-	MaxSchedLen = 200      // bytes
+	MinEvery = time.Second
+	MaxEvery = 366 * 24 * time.Hour
+	// MaxTextChars bounds a job's text in characters: what a system
+	// event of the session may hold (docs/scheduler.md#system-events).
+	MaxTextChars = 4000
+	MaxNameLen   = 200 // bytes
+	MaxSchedLen  = 200 // bytes
 	// DefaultMaxPerSession bounds the jobs of one session (cron.maxPerSession).
 	DefaultMaxPerSession = 50
 )
@@ -399,8 +401,8 @@ func Normalize(sp Spec) (Spec, Schedule, error) {
 	if strings.TrimSpace(sp.Text) == "" {
 		return sp, Schedule{}, bad("text", "is empty; it is the message the job delivers")
 	}
-	if len(sp.Text) > MaxTextLen || !utf8.ValidString(sp.Text) {
-		return sp, Schedule{}, bad("text", "must be valid UTF-8 of at most %d bytes", MaxTextLen)
+	if !utf8.ValidString(sp.Text) || utf8.RuneCountInString(sp.Text) > MaxTextChars {
+		return sp, Schedule{}, bad("text", "must be valid UTF-8 of at most %d characters", MaxTextChars)
 	}
 	switch t := strings.ToLower(strings.TrimSpace(sp.Target)); t {
 	case "":

@@ -172,7 +172,7 @@ func TestNormalizeNamesTheField(t *testing.T) {
 	}{
 		{func(s *Spec) { s.Session = " " }, "session", "empty"},
 		{func(s *Spec) { s.Text = "" }, "text", "empty"},
-		{func(s *Spec) { s.Text = strings.Repeat("x", MaxTextLen+1) }, "text", "at most"},
+		{func(s *Spec) { s.Text = strings.Repeat("é", MaxTextChars+1) }, "text", "at most"},
 		{func(s *Spec) { s.Name = strings.Repeat("n", MaxNameLen+1) }, "name", "at most"},
 		{func(s *Spec) { s.Target = "side" }, "target", "main or isolated"},
 		{func(s *Spec) { s.Kind = "weekly" }, "kind", "at, every or cron"},
