@@ -20,6 +20,7 @@ package cron
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -108,8 +109,9 @@ type Schedule struct {
 	at   time.Time
 	// every is the interval of an every job; anchor fixes its grid.
 	every time.Duration
-	spec  gocron.Schedule
-	naive gocron.Schedule // spec read in UTC: matches wall-clock times
+	// naive is the five fields read in UTC: it matches wall-clock times,
+	// which cronNext maps to instants of loc.
+	naive gocron.Schedule
 	loc   *time.Location
 	// fixedHour: the hour field does not start with * (crontab's rule for
 	// which jobs the DST corrections apply to).
@@ -258,13 +260,12 @@ func ParseSchedule(kind, schedule, tz string) (Schedule, error) {
 		if err != nil {
 			return Schedule{}, bad("tz", "%v", err)
 		}
-		spec, err := ParseCron(schedule, loc)
+		naive, err := ParseCron(schedule, time.UTC)
 		if err != nil {
 			return Schedule{}, bad("schedule", "%v", err)
 		}
-		naive, _ := ParseCron(schedule, time.UTC)
 		fields := strings.Fields(schedule)
-		return Schedule{Kind: KindCron, Norm: strings.Join(fields, " "), spec: spec, naive: naive, loc: loc,
+		return Schedule{Kind: KindCron, Norm: strings.Join(fields, " "), naive: naive, loc: loc,
 			fixedHour: !strings.HasPrefix(fields[1], "*")}, nil
 	}
 	return Schedule{}, bad("kind", "%q: want at, every or cron", kind)
@@ -291,93 +292,96 @@ func (s Schedule) Next(now, anchor time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// maxGap bounds how far before the parser's answer a spring-forward gap
-// is looked for: longer than any clock change in use (2 h at most).
-const maxGap = 3 * time.Hour
+// maxShift bounds how far a clock change moves the wall clock (2 h at
+// most in use today); wall times that far behind now's can still lie ahead
+// of it after a fall-back.
+const maxShift = 3 * time.Hour
 
-// cronNext applies crontab's DST rules to the parser's answer for jobs at
-// a fixed hour: a run whose wall time falls in a spring-forward gap happens
-// once, right after the gap; a wall time that a fall-back repeats runs on
-// its first occurrence only. Jobs with a wildcard hour run on elapsed
-// hours, as the parser has them.
+// cronNext is the first run strictly after now. The five fields are
+// matched against the wall clock of the zone (the parser reads them in
+// UTC, where nothing is skipped or repeated), and each matching wall time
+// becomes the instants that show it, with crontab's rules where there is
+// not exactly one: a job at a fixed hour whose wall time falls in a
+// spring-forward gap runs once when the gap ends, and a wall time that a
+// fall-back repeats runs on its first occurrence only. Jobs with a
+// wildcard hour follow elapsed time: no run in a gap, both occurrences of
+// a repeated time.
 func (s Schedule) cronNext(now time.Time) time.Time {
-	for range 8 { // each round skips one repeated wall time
-		n := s.spec.Next(now.In(s.loc))
-		if n.IsZero() || !s.fixedHour {
-			return n
+	nowWall := wallOf(now.In(s.loc))
+	// Fast path: no clock change from maxShift before now to maxShift
+	// after the next matching wall time (within a day), so wall times map
+	// one to one and in order.
+	if c := s.naive.Next(nowWall); !c.IsZero() {
+		_, off := now.In(s.loc).Zone()
+		at := c.Add(-time.Duration(off) * time.Second)
+		if at.Sub(now) <= 24*time.Hour && sameOffset(s.loc, off, now.Add(-maxShift), at, at.Add(maxShift)) {
+			return at
 		}
-		if g, ok := s.gapRun(now, n); ok {
-			return g
-		}
-		if !s.repeatedWallTime(n) {
-			return n
-		}
-		now = n
 	}
-	return time.Time{}
-}
-
-// gapRun finds a spring-forward gap after now and before n in which the
-// schedule has a wall time: that run happens when the gap ends. The parser
-// turns such a wall time into one just after the gap, so only a gap that
-// ended shortly before n can hold one.
-func (s Schedule) gapRun(now, n time.Time) (time.Time, bool) {
-	lo := n.Add(-maxGap)
-	if lo.Before(now) {
-		lo = now
-	}
-	_, offLo := lo.In(s.loc).Zone()
-	_, offN := n.In(s.loc).Zone()
-	if offN <= offLo {
-		return time.Time{}, false
-	}
-	// The offset change in (lo, n], to the minute.
-	hi := n
-	for hi.Sub(lo) > time.Minute {
-		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Minute)
-		if !mid.After(lo) {
+	cursor := nowWall.Add(-maxShift - time.Second)
+	var best, bestWall time.Time
+	for range 100000 {
+		c := s.naive.Next(cursor)
+		if c.IsZero() || (!best.IsZero() && c.Sub(bestWall) > maxShift) {
 			break
 		}
-		if _, off := mid.In(s.loc).Zone(); off == offN {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	end := hi // first instant of the new offset
-	_, offBefore := end.Add(-time.Second).In(s.loc).Zone()
-	gap := time.Duration(offN-offBefore) * time.Second
-	if gap <= 0 || !end.After(now) {
-		return time.Time{}, false
-	}
-	// The gap's wall times, [end - gap, end) in wall clock, read as UTC.
-	w := end.In(s.loc)
-	wallEnd := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), 0, time.UTC)
-	m := s.naive.Next(wallEnd.Add(-gap - time.Second))
-	if m.IsZero() || !m.Before(wallEnd) {
-		return time.Time{}, false
-	}
-	if end.Before(n) {
-		return end, true
-	}
-	return time.Time{}, false
-}
-
-// repeatedWallTime reports whether t is the second occurrence of its wall
-// time (the hour a fall-back repeats).
-func (s Schedule) repeatedWallTime(t time.Time) bool {
-	_, off := t.In(s.loc).Zone()
-	for _, back := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
-		e := t.Add(-back)
-		_, offE := e.In(s.loc).Zone()
-		if offE > off && time.Duration(offE-off)*time.Second == back {
-			tw, ew := t.In(s.loc), e.In(s.loc)
-			if tw.Hour() == ew.Hour() && tw.Minute() == ew.Minute() && tw.Day() == ew.Day() {
-				return true
+		for _, at := range s.instantsOf(c) {
+			if at.After(now) && (best.IsZero() || at.Before(best)) {
+				best, bestWall = at, c
 			}
 		}
+		cursor = c
 	}
-	return false
+	return best
+}
+
+// sameOffset reports whether loc has offset off at every one of ts.
+func sameOffset(loc *time.Location, off int, ts ...time.Time) bool {
+	for _, t := range ts {
+		if _, o := t.In(loc).Zone(); o != off {
+			return false
+		}
+	}
+	return true
+}
+
+// wallOf is t's wall clock as a UTC time (date and time of day kept).
+func wallOf(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+}
+
+// instantsOf are the instants whose wall clock in the schedule's zone is
+// wall (given as UTC), under the rules of cronNext.
+func (s Schedule) instantsOf(wall time.Time) []time.Time {
+	_, offBefore := wall.Add(-26 * time.Hour).In(s.loc).Zone()
+	_, offAfter := wall.Add(26 * time.Hour).In(s.loc).Zone()
+	var valid []time.Time
+	for _, off := range []int{offBefore, offAfter} {
+		at := wall.Add(-time.Duration(off) * time.Second)
+		if wallOf(at.In(s.loc)).Equal(wall) && !slices.ContainsFunc(valid, at.Equal) {
+			valid = append(valid, at)
+		}
+	}
+	switch {
+	case len(valid) == 0 && s.fixedHour && offAfter > offBefore:
+		// A gap: the run happens when it ends, the first instant of the
+		// new offset after the last one of the old.
+		lo := wall.Add(-time.Duration(offAfter) * time.Second)  // before the change
+		hi := wall.Add(-time.Duration(offBefore) * time.Second) // after it
+		for hi.Sub(lo) > time.Second {
+			mid := lo.Add(hi.Sub(lo) / 2)
+			if _, off := mid.In(s.loc).Zone(); off == offAfter {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return []time.Time{hi.Truncate(time.Second)}
+	case len(valid) == 2 && s.fixedHour:
+		slices.SortFunc(valid, time.Time.Compare)
+		return valid[:1]
+	}
+	return valid
 }
 
 // At is the instant of an at schedule.

@@ -2,6 +2,7 @@ package cron
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ func fires(t *testing.T, s Schedule, from, to time.Time) []time.Time {
 	t.Helper()
 	var out []time.Time
 	now := from
-	for range 1000 {
+	for range 20000 {
 		n, ok := s.Next(now, from)
 		if !ok || n.After(to) {
 			return out
@@ -225,4 +226,74 @@ func TestCronDayOfMonthOrDayOfWeek(t *testing.T) {
 	// 2026-06-01 is a Monday; 2026-06-08 a Monday; 2026-07-01 a Wednesday.
 	wantFires(t, fires(t, s, utc("2026-06-01T10:00:00Z"), utc("2026-07-01T12:00:00Z")),
 		"2026-06-08T09:00:00Z", "2026-06-15T09:00:00Z", "2026-06-22T09:00:00Z", "2026-06-29T09:00:00Z", "2026-07-01T09:00:00Z")
+}
+
+// TestDailyJobsRunOnceEveryDay: over two years in zones with DST of one
+// hour, half an hour (Lord Howe) and midnight transitions (Santiago,
+// Havana), a daily fixed-time job runs exactly once on every calendar day
+// of its zone, at its wall time or right after a gap that swallowed it.
+func TestDailyJobsRunOnceEveryDay(t *testing.T) {
+	zones := []string{"Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "America/Havana", "Asia/Tehran", "Pacific/Auckland"}
+	times := []struct{ h, m int }{{0, 0}, {0, 30}, {1, 30}, {2, 0}, {2, 30}, {3, 0}, {23, 59}}
+	from := utc("2025-01-01T00:00:00Z")
+	to := utc("2027-01-01T00:00:00Z")
+	for _, z := range zones {
+		loc, err := time.LoadLocation(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, hm := range times {
+			expr := strconv.Itoa(hm.m) + " " + strconv.Itoa(hm.h) + " * * *"
+			s, err := ParseSchedule(KindCron, expr, z)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perDay := map[string]int{}
+			for _, f := range fires(t, s, from, to) {
+				w := f.In(loc)
+				day := w.Format("2006-01-02")
+				perDay[day]++
+				if w.Hour() != hm.h || w.Minute() != hm.m {
+					// Only a gap may move a run, and only to the gap's end.
+					_, off := w.Zone()
+					_, before := f.Add(-time.Second).In(loc).Zone()
+					if before >= off {
+						t.Errorf("%s %q: run at %s is neither its wall time nor the end of a gap", z, expr, w)
+					}
+				}
+			}
+			for d := from.In(loc).AddDate(0, 0, 1); d.Before(to.In(loc).AddDate(0, 0, -1)); d = d.AddDate(0, 0, 1) {
+				if n := perDay[d.Format("2006-01-02")]; n != 1 {
+					t.Errorf("%s %q: %d runs on %s", z, expr, n, d.Format("2006-01-02"))
+				}
+			}
+		}
+	}
+}
+
+// TestHourlyJobsFollowElapsedTime: a job with a wildcard hour runs at its
+// minute of every hour that exists, so consecutive runs are an hour apart,
+// or the length of a clock change more or less.
+func TestHourlyJobsFollowElapsedTime(t *testing.T) {
+	for _, z := range []string{"Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Santiago"} {
+		loc, _ := time.LoadLocation(z)
+		s, err := ParseSchedule(KindCron, "15 * * * *", z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs := fires(t, s, utc("2026-01-01T00:00:00Z"), utc("2026-12-31T00:00:00Z"))
+		if len(runs) < 364*24-2 { // a skipped hour without a repeated one (Lord Howe repeats only 30 min)
+			t.Fatalf("%s: %d runs", z, len(runs))
+		}
+		for i, r := range runs {
+			if r.In(loc).Minute() != 15 {
+				t.Fatalf("%s: run at %s", z, r.In(loc))
+			}
+			if i > 0 {
+				if d := r.Sub(runs[i-1]); d != time.Hour && (d < 30*time.Minute || d > 2*time.Hour) {
+					t.Fatalf("%s: %s between %s and %s", z, d, runs[i-1].In(loc), r.In(loc))
+				}
+			}
+		}
+	}
 }
