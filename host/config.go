@@ -10,6 +10,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/cron"
 	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/timers"
 	"github.com/chimehq/chime/internal/timesource"
@@ -90,6 +91,13 @@ type Config struct {
 	TimerMaxWait       time.Duration
 	TimerMaxPerSession int
 	TimerRetention     time.Duration
+	// DisableCron turns cron jobs off (cron.enabled=false, docs/cron.md):
+	// stored jobs stay listed, none runs and none can be added.
+	// CronMaxPerSession bounds a session's jobs; CronJobs are the jobs the
+	// config file declares (cron.jobs).
+	DisableCron       bool
+	CronMaxPerSession int
+	CronJobs          []cron.Declared
 	// Heartbeat is the default heartbeat of every session
 	// (docs/scheduler.md#heartbeat); a session's own setting overrides it.
 	Heartbeat scheduler.Heartbeat
@@ -132,7 +140,9 @@ func DefaultConfig() Config {
 		TimerMaxWait:       timers.DefaultMaxWait,
 		TimerMaxPerSession: timers.DefaultMaxPerSession,
 		TimerRetention:     timers.DefaultRetention,
-		Heartbeat:          scheduler.DefaultHeartbeat(),
+
+		CronMaxPerSession: cron.DefaultMaxPerSession,
+		Heartbeat:         scheduler.DefaultHeartbeat(),
 		Wake: WakeConfig{
 			MaxConcurrentRuns: scheduler.DefaultMaxConcurrent,
 			HistoryTurns:      DefaultHistoryTurns,
@@ -262,6 +272,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TimerRetention <= 0 {
 		c.TimerRetention = timers.DefaultRetention
+	}
+	if c.CronMaxPerSession <= 0 {
+		c.CronMaxPerSession = cron.DefaultMaxPerSession
 	}
 	if c.MaxConcurrentPrepares <= 0 {
 		c.MaxConcurrentPrepares = DefaultMaxConcurrentPrepares

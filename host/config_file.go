@@ -144,13 +144,14 @@ type configFile struct {
 	Holds  holdsSection  `yaml:"holds"`
 	Guards guardsSection `yaml:"guards"`
 	Timers timersSection `yaml:"timers"`
+	Cron   cronSection   `yaml:"cron"`
 	// docs/scheduler.md
 	Heartbeat heartbeatSection `yaml:"heartbeat"`
 	Wake      wakeSection      `yaml:"wake"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Heartbeat, &f.Wake, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, &f.Heartbeat, &f.Wake, crossChecks{f}}
 }
 
 // configSection is one part of the file.
@@ -512,7 +513,7 @@ func unknownField(path string) string {
 	}
 	var known []string
 	for p := range fileSchema {
-		if rest, ok := strings.CutPrefix(p, prefix); ok && rest != "" && !strings.ContainsAny(rest, ".[") {
+		if rest, ok := strings.CutPrefix(p, schemaPath(prefix)); ok && rest != "" && !strings.ContainsAny(rest, ".[") {
 			known = append(known, rest)
 		}
 	}

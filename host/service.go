@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/cron"
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
@@ -60,6 +61,7 @@ type Service struct {
 	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
 	timers   *timers.Manager
+	cron     *cron.Manager
 	stops    *stopmessage.Messages
 	tools    *serverTools
 	touches  *touch.Batcher
@@ -156,6 +158,10 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 	}
 	s.metrics.RegisterGaugeFunc("chime_timers_live", "Timers running, waited on, paused or in the background.",
 		func() float64 { return float64(s.timers.Live()) })
+	if err := s.newCron(); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
 	s.metrics.RegisterStorage(func() metrics.StorageState {
 		sp := store.Space()
 		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
@@ -213,6 +219,8 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { _ = s.sched.Run(ctx) })
 	wg.Go(func() { _ = s.engine.Run(ctx) })
 	wg.Go(func() { _ = s.timers.Run(ctx) })
+	s.restoreCron()
+	wg.Go(func() { _ = s.cron.Run(ctx) })
 	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
 	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })

@@ -106,6 +106,9 @@ func (s *Service) wantsTemplate(sid string) bool {
 	if _, ok := s.timers.NextNotice(sid); ok {
 		return true
 	}
+	if s.cron.HasJobs(sid) { // a cron job will wake it (docs/cron.md)
+		return true
+	}
 	has, err := s.store.HasTasks(sid)
 	return err == nil && has
 }

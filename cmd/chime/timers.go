@@ -53,7 +53,7 @@ func (c *hostClient) do(ctx context.Context, method, path string, body, out any)
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
 		var e struct{ Error string }
 		if json.Unmarshal(data, &e) == nil && e.Error != "" {
 			return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, e.Error)
