@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chimehq/chime/host/cron"
 	"github.com/chimehq/chime/internal/timesource"
 )
 
@@ -68,26 +69,13 @@ const (
 	RearmEvery           = 60 * time.Second
 )
 
-// backoff is the cron failure backoff, reused for run retries after the
-// first one.
-var backoff = []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, 60 * time.Minute}
-
-// Backoff is the delay after the n-th consecutive failure (n ≥ 1): 30s,
-// 1m, 5m, 15m, then 60m.
-func Backoff(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	return backoff[min(n, len(backoff))-1]
-}
-
 // RetryDelay is how long a session waits after its n-th consecutive
 // failed run: a second after the first, then Backoff(n-1).
 func RetryDelay(n int) time.Duration {
 	if n <= 1 {
 		return FirstRetry
 	}
-	return Backoff(n - 1)
+	return cron.Backoff(n - 1) // the cron failure backoff
 }
 
 // Outcome is what a run tells the scheduler.

@@ -290,37 +290,11 @@ func TestRunLoopRearms(t *testing.T) {
 	}
 }
 
-func TestBackoffSequence(t *testing.T) {
-	want := []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, time.Hour}
+func TestRetryDelays(t *testing.T) {
+	want := []time.Duration{time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour, time.Hour}
 	for i, d := range want {
-		if got := Backoff(i + 1); got != d {
-			t.Fatalf("Backoff(%d) = %v, want %v", i+1, got, d)
+		if got := RetryDelay(i + 1); got != d {
+			t.Fatalf("RetryDelay(%d) = %v, want %v", i+1, got, d)
 		}
-	}
-	if RetryDelay(1) != time.Second || RetryDelay(2) != 30*time.Second {
-		t.Fatal("retry delays")
-	}
-}
-
-func TestWakeAtReplacesAndClears(t *testing.T) {
-	s, clk, r := setup(t, 8)
-	s.WakeAt("a", clk.Now().Add(10*time.Second), ReasonTask)
-	s.WakeAt("a", clk.Now().Add(5*time.Second), ReasonTask) // replaces
-	step(s, clk, 5*time.Second)
-	step(s, clk, 250*time.Millisecond)
-	c := r.next(t)
-	if c.reason != ReasonTask {
-		t.Fatalf("reason %s", c.reason)
-	}
-	c.out <- Outcome{}
-	settle(t, s)
-	step(s, clk, 10*time.Second)
-	r.none(t) // the replaced alarm does not fire
-	s.WakeAt("a", clk.Now().Add(time.Second), ReasonTask)
-	s.WakeAt("a", time.Time{}, ReasonTask)
-	step(s, clk, 2*time.Second)
-	r.none(t)
-	if s.Len() != 0 {
-		t.Fatalf("state kept for %d sessions", s.Len())
 	}
 }
