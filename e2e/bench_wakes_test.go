@@ -107,7 +107,10 @@ func BenchmarkWakes10k(b *testing.B) {
 			b.Errorf("only %.0f of %d sessions were woken", runs, sessions)
 		}
 		b.Logf("cron: %.0f job runs, lateness p99 ≤ %.0f ms", sumMetric(b, d.hostURL, "chime_cron_runs_total"),
-			1000*func() float64 { _, p := histogramQuantiles(b, d.hostURL, "chime_cron_lateness_seconds", 0.5, 0.99); return p }())
+			1000*func() float64 {
+				_, p := histogramQuantiles(b, d.hostURL, "chime_cron_lateness_seconds", 0.5, 0.99)
+				return p
+			}())
 	}
 }
 
