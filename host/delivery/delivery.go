@@ -197,6 +197,10 @@ type Queue struct {
 	pending map[string]*entry // by delivery id
 	last    map[string]string // session → last channel (memory of storage.Session.LastChannel)
 	wake    chan struct{}
+	// kicks counts signals; handled is the count the dispatcher's last
+	// look saw, and parked says it then armed its wait (tests: settled).
+	kicks, handled uint64
+	parked         bool
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -307,11 +311,15 @@ func (q *Queue) Enqueue(ctx context.Context, it Item) error {
 	q.mu.Lock()
 	q.pending[d.ID] = &entry{sid: d.SessionID, id: d.ID, seq: d.Seq, nextAt: now}
 	q.mu.Unlock()
-	q.signal()
+	q.kick()
 	return nil
 }
 
-func (q *Queue) signal() {
+// kick wakes the dispatcher: something changed.
+func (q *Queue) kick() {
+	q.mu.Lock()
+	q.kicks++
+	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -450,7 +458,7 @@ func (q *Queue) Retry(sessionID, id string) (storage.Delivery, error) {
 	q.mu.Lock()
 	q.pending[id] = &entry{sid: sessionID, id: id, seq: d.Seq, nextAt: now}
 	q.mu.Unlock()
-	q.signal()
+	q.kick()
 	return d, nil
 }
 
@@ -506,6 +514,9 @@ func (q *Queue) Run(ctx context.Context) error {
 		}
 		wait = min(wait, timesource.MaxStep)
 		t := q.clock.NewTimer(wait)
+		q.mu.Lock()
+		q.parked = true
+		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -542,6 +553,7 @@ func (q *Queue) next() (*entry, time.Duration) {
 	now := q.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.handled, q.parked = q.kicks, false
 	var best *entry
 	wait := time.Duration(1<<63 - 1)
 	for _, e := range q.pending {
@@ -570,6 +582,7 @@ func (q *Queue) release(e *entry) {
 
 // attempt sends one entry once and records the outcome.
 func (q *Queue) attempt(ctx context.Context, e *entry) {
+	defer q.kick() // the dispatcher looks again
 	d, ok, err := q.store.GetDelivery(e.sid, e.id)
 	if err != nil {
 		q.log.Warn("reading a delivery failed; retrying later", "id", e.id, "err", err)
