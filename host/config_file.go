@@ -144,10 +144,12 @@ type configFile struct {
 	Holds  holdsSection  `yaml:"holds"`
 	Guards guardsSection `yaml:"guards"`
 	Timers timersSection `yaml:"timers"`
+
+	Delivery deliverySection `yaml:"delivery"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Delivery, crossChecks{f}}
 }
 
 // configSection is one part of the file.
@@ -505,7 +507,7 @@ func parentPath(path string) string {
 func unknownField(path string) string {
 	parent, prefix := parentPath(path), ""
 	if parent != "" {
-		prefix = parent + "."
+		prefix = schemaPath(parent) + "." // list items: delivery.sessions[0] → delivery.sessions[]
 	}
 	var known []string
 	for p := range fileSchema {

@@ -50,6 +50,9 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
 	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
 	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(s.handleTimerAction))
+	handle("GET "+PathSessionEvents, "session_events", s.authed(s.handleSessionEvents))
+	handle("GET /api/sessions/{id}/deliveries", "api_deliveries", s.dashboard(s.handleDeliveries))
+	handle("POST /api/sessions/{id}/deliveries/{did}/retry", "api_delivery_retry", s.authed(s.handleDeliveryRetry))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {

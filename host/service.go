@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/delivery"
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
@@ -66,6 +67,7 @@ type Service struct {
 	tokenSum [sha256.Size]byte
 	handler  http.Handler
 	resolver *resolve.Resolver
+	delivery *delivery.Queue
 
 	zones   sync.Map // IANA name → *time.Location
 	markers markerLedger
@@ -150,6 +152,10 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		return metrics.StorageState{FreeBytes: sp.Free, MinFreeBytes: sp.MinFree, Writable: !sp.Low}
 	})
 	s.metrics.RegisterReservationTTL(func() float64 { return engine.ReservationTTL().Seconds() })
+	if s.delivery, err = s.newDeliveryQueue(); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()
@@ -189,6 +195,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.engine.Run(ctx) })
 	wg.Go(func() { _ = s.timers.Run(ctx) })
+	wg.Go(func() { _ = s.delivery.Run(ctx) })
 	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
 	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })
@@ -225,7 +232,8 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 // call more than once.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.drain.Lock() // never released: the service is closed
+		s.delivery.Close() // ends the event streams, which hold the drain lock
+		s.drain.Lock()     // never released: the service is closed
 		if err := s.touches.Flush(); err != nil {
 			s.log.Warn("host: final session touch flush failed", "err", err)
 		}

@@ -39,7 +39,9 @@ func PayloadOf(d storage.Delivery) Payload {
 	return Payload{Session: d.SessionID, RunID: d.RunID, Reason: d.Reason, Text: d.Text, At: formatAt(d.At)}
 }
 
-func formatAt(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+func formatAt(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
 
 // --- session: inject into the session's next request ---
 
