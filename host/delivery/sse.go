@@ -114,6 +114,8 @@ func (q *Queue) ServeEvents(w http.ResponseWriter, r *http.Request, sessionID st
 	defer q.hub.remove(sessionID, sub)
 	q.Touch(sessionID, SSE)
 
+	beat := q.clock.NewTicker(q.cfg.Heartbeat) // armed before the client hears from us
+	defer beat.Stop()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -125,8 +127,6 @@ func (q *Queue) ServeEvents(w http.ResponseWriter, r *http.Request, sessionID st
 	if rc.Flush() != nil {
 		return
 	}
-	beat := q.clock.NewTicker(q.cfg.Heartbeat)
-	defer beat.Stop()
 	for {
 		evs, err := q.store.EventsAfter(sessionID, last, replayBatch)
 		if err != nil {
