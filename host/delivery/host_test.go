@@ -153,7 +153,7 @@ func deliver(t *testing.T, svc *host.Service, sid, run, text string) {
 // waitFor polls cond (synchronisation, not timing).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
