@@ -35,8 +35,8 @@ type webhookSection struct {
 }
 
 type deliverySessionSection struct {
-	ID         string          `yaml:"id"`
-	Connectors []string        `yaml:"connectors"`
+	ID         string         `yaml:"id"`
+	Connectors []string       `yaml:"connectors"`
 	Webhook    webhookSection `yaml:"webhook"` // url "" = the global webhook
 }
 
