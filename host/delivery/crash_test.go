@@ -101,6 +101,11 @@ func TestCrashRecovery(t *testing.T) {
 		defer mu.Unlock()
 		return len(byKey)
 	}
+	received := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return hits
+	}
 
 	dir := t.TempDir()
 	acked := 0 // items whose Deliver returned: all of them must arrive
@@ -150,7 +155,7 @@ func TestCrashRecovery(t *testing.T) {
 		default: // while draining
 			run(randomMoment)
 		}
-		t.Logf("kill %d: %d acknowledged, %d received (%d distinct)", k+1, acked, hits, unique())
+		t.Logf("kill %d: %d acknowledged, %d received (%d distinct)", k+1, acked, received(), unique())
 	}
 	// The last host runs until everything arrived.
 	run(func() {

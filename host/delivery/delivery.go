@@ -486,32 +486,30 @@ func (q *Queue) Run(ctx context.Context) error {
 	budget := q.clock.AfterFunc(q.cfg.RecoveryBudget, func() { q.deferRecovered(recovered) })
 	defer budget.Stop()
 
-	jobs := make(chan *entry)
+	// An entry is picked only when a worker is free, so the pick sees
+	// the latest order (a deferral, a new entry).
+	slots := make(chan struct{}, q.cfg.Workers)
 	var wg sync.WaitGroup
-	for range q.cfg.Workers {
-		wg.Go(func() {
-			for e := range jobs {
-				q.attempt(ctx, e)
-			}
-		})
-	}
 	defer wg.Wait()
-	defer close(jobs)
 
 	prune := q.clock.NewTicker(time.Hour)
 	defer prune.Stop()
 	q.prune(start)
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		e, wait := q.next()
 		if e != nil {
-			select {
-			case jobs <- e:
-				continue
-			case <-ctx.Done():
-				q.release(e)
-				return nil
-			}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				q.attempt(ctx, e)
+			})
+			continue
 		}
+		<-slots
 		wait = min(wait, timesource.MaxStep)
 		t := q.clock.NewTimer(wait)
 		q.mu.Lock()
@@ -574,7 +572,7 @@ func (q *Queue) next() (*entry, time.Duration) {
 	return best, wait
 }
 
-func (q *Queue) release(e *entry) {
+func (q *Queue) release(e *entry) { // an attempt that does not count
 	q.mu.Lock()
 	e.inflight = false
 	q.mu.Unlock()

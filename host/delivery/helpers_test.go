@@ -53,7 +53,9 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	go func() { _ = q.Run(ctx); close(done) }()
 	fx.stop = func() { cancel(); q.Close(); <-done }
 	t.Cleanup(func() { fx.stop() })
-	fx.settle()
+	if ds, _ := fx.store.PendingDeliveries(); len(ds) == 0 {
+		fx.settle()
+	}
 	return fx
 }
 
