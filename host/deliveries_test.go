@@ -143,19 +143,19 @@ delivery:
 		t.Fatalf("sessions: %+v", d.Sessions)
 	}
 	for text, want := range map[string]string{
-		"delivery:\n  connectors: [pigeon]\n":                                   `chime.yaml:2: delivery.connectors[0]: "pigeon": want session, sse or webhook`,
-		"delivery:\n  connectors: [webhook]\n":                                  "delivery.connectors[0]: webhook needs a webhook url",
-		"delivery:\n  connectors: []\n":                                         "delivery.connectors: must list at least one",
-		"delivery:\n  connectors: [sse, sse]\n":                                 `delivery.connectors[1]: "sse" is listed twice`,
-		"delivery:\n  webhook: {url: ftp://x}\n":                                `delivery.webhook.url: "ftp://x": want an http:// or https:// URL`,
-		"delivery:\n  webhook: {url: \"https://u:p@x/\"}\n":                     "credentials in the URL are not allowed",
-		"delivery:\n  webhook: {timeout: 0s}\n":                                 "delivery.webhook.timeout: 0s: must be positive",
-		"delivery:\n  webhook: {retries: 3}\n":                                  "delivery.webhook.retries: unknown field in delivery.webhook; known: secret, timeout, url",
-		"delivery:\n  sessions:\n    - connectors: [sse]\n":                   "delivery.sessions[0].id: must name the session",
-		"delivery:\n  sessions:\n    - {id: a}\n    - {id: a}\n":               `delivery.sessions[1].id: "a" is configured twice`,
-		"delivery:\n  sessions:\n    - {id: a, hook: x}\n":                     "delivery.sessions[0].hook: unknown field in delivery.sessions[0]; known: connectors, id, webhook",
-		"delivery:\n  sessions:\n    - {id: a, webhook: {secret: s}}\n":        "delivery.sessions[0].webhook.url: must be set",
-		"delivery:\n  sessions:\n    - {id: a, connectors: [webhook]}\n":       "delivery.sessions[0].connectors[0]: webhook needs a webhook url",
+		"delivery:\n  connectors: [pigeon]\n":                            `chime.yaml:2: delivery.connectors[0]: "pigeon": want session, sse or webhook`,
+		"delivery:\n  connectors: [webhook]\n":                           "delivery.connectors[0]: webhook needs a webhook url",
+		"delivery:\n  connectors: []\n":                                  "delivery.connectors: must list at least one",
+		"delivery:\n  connectors: [sse, sse]\n":                          `delivery.connectors[1]: "sse" is listed twice`,
+		"delivery:\n  webhook: {url: ftp://x}\n":                         `delivery.webhook.url: "ftp://x": want an http:// or https:// URL`,
+		"delivery:\n  webhook: {url: \"https://u:p@x/\"}\n":              "credentials in the URL are not allowed",
+		"delivery:\n  webhook: {timeout: 0s}\n":                          "delivery.webhook.timeout: 0s: must be positive",
+		"delivery:\n  webhook: {retries: 3}\n":                           "delivery.webhook.retries: unknown field in delivery.webhook; known: secret, timeout, url",
+		"delivery:\n  sessions:\n    - connectors: [sse]\n":              "delivery.sessions[0].id: must name the session",
+		"delivery:\n  sessions:\n    - {id: a}\n    - {id: a}\n":         `delivery.sessions[1].id: "a" is configured twice`,
+		"delivery:\n  sessions:\n    - {id: a, hook: x}\n":               "delivery.sessions[0].hook: unknown field in delivery.sessions[0]; known: connectors, id, webhook",
+		"delivery:\n  sessions:\n    - {id: a, webhook: {secret: s}}\n":  "delivery.sessions[0].webhook.url: must be set",
+		"delivery:\n  sessions:\n    - {id: a, connectors: [webhook]}\n": "delivery.sessions[0].connectors[0]: webhook needs a webhook url",
 	} {
 		_, err := ParseConfigFile([]byte(text), "chime.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) {
