@@ -95,6 +95,11 @@ func TestDeliveriesAPI(t *testing.T) {
 	if c := fx.do(t, http.MethodPost, "/api/sessions/s2/deliveries/"+failed+"/retry", testToken, nil).Code; c != http.StatusNotFound {
 		t.Fatalf("retry through another session: %d", c)
 	}
+	// The queue's depth and outcome counters are exported.
+	m := fx.do(t, http.MethodGet, "/metrics", "", nil).Body.String()
+	if !strings.Contains(m, "chime_delivery_queue_depth 2") || !strings.Contains(m, `chime_deliveries_total{connector="webhook",outcome="failed"} 0`) {
+		t.Fatalf("metrics:\n%s", m)
+	}
 	// The event stream needs the token, even from loopback.
 	if c := fx.do(t, http.MethodGet, "/v1/sessions/s1/events", "", nil).Code; c != http.StatusUnauthorized {
 		t.Fatalf("events without the token: %d", c)
