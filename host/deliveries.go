@@ -86,6 +86,19 @@ func (s *Service) Deliver(ctx context.Context, it delivery.Item) error {
 	return s.delivery.Enqueue(ctx, it)
 }
 
+// deliverAway also sends a notice to the user when the session's
+// deliveries do not go to session injection (the user is watching an
+// event stream, or a webhook is configured first): the notice itself still
+// reaches the model with the session's next request.
+func (s *Service) deliverAway(ctx context.Context, sid, runID, reason, text string, at time.Time) {
+	if s.delivery.Route(sid) == delivery.Session {
+		return
+	}
+	if err := s.delivery.Enqueue(ctx, delivery.Item{Session: sid, RunID: runID, Reason: reason, Text: text, At: at}); err != nil {
+		s.log.Warn("queueing a notice for delivery failed; it still reaches the next request", "session", sid, "run", runID, "err", err)
+	}
+}
+
 // DeliveryQueue is the service's queue (the scheduler, tests).
 func (s *Service) DeliveryQueue() *delivery.Queue { return s.delivery }
 

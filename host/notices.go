@@ -17,6 +17,7 @@ func (s *Service) timerNotice(ctx context.Context, n timers.Notice) error {
 		return err
 	}
 	s.metrics.TimerNotices.Inc()
+	s.deliverAway(ctx, n.SessionID, "timer:"+n.TimerID, "timer", n.Text, n.At)
 	s.log.Info("timer completed in the background; notice queued", "session", n.SessionID, "timer", n.TimerID)
 	return nil
 }

@@ -65,6 +65,10 @@ type stream struct {
 	br   *bufio.Reader
 }
 
+// streamClient bounds a stream, so a missing event fails the test
+// instead of hanging it.
+var streamClient = &http.Client{Timeout: time.Minute}
+
 // event is one SSE message: an event with id and data, or a comment.
 type event struct {
 	id      string
@@ -82,7 +86,7 @@ func subscribe(t *testing.T, base, sid, lastID, token string) (*stream, int) {
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := streamClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,5 +274,47 @@ func TestLastInteractionRouting(t *testing.T) {
 	deliver(t, h.svc, "s1", "wake:s1:3", "back to the stream")
 	if ev := st2.nextEvent(t); ev.data.Text != "back to the stream" {
 		t.Fatalf("stream again: %+v", ev)
+	}
+}
+
+// A background timer that completes while the client is away reaches the
+// session's open event stream (chime watch), and still waits for the
+// model in the session's next request.
+func TestBackgroundTimerReachesTheStream(t *testing.T) {
+	h := startHost(t, t.TempDir(), clockwork.NewRealClock(), host.DeliveryConfig{})
+	post := func(path string, body any) map[string]any {
+		t.Helper()
+		raw, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(string(raw)))
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, out)
+		}
+		return out
+	}
+	h.svc.Prepare(context.Background(), hostapi.PrepareRequest{RequestID: "r0", SessionID: "s1"})
+	// The user walks away from the client and watches instead.
+	st, _ := subscribe(t, h.url, "s1", "", "tok")
+	res := post(host.PathToolsExecute, host.ToolCall{SessionID: "s1", RequestID: "r1", Name: hostapi.TimerToolName,
+		Arguments: json.RawMessage(`{"total_duration":0.5,"timeout_duration":0.001,"timer_id":"","reason":"deploy"}`)})
+	tid, _ := res["timer_id"].(string)
+	if tid == "" {
+		t.Fatalf("timer call: %v", res)
+	}
+	post("/api/sessions/s1/timers/"+tid+"/cancel", nil) // to the background: notify on completion
+	ev := st.nextEvent(t)
+	if ev.data.Reason != "timer" || ev.data.RunID != "timer:"+tid || !strings.Contains(ev.data.Text, `timer completed: "deploy"`) {
+		t.Fatalf("event %+v", ev)
+	}
+	ans := h.svc.Prepare(context.Background(), hostapi.PrepareRequest{RequestID: "r2", SessionID: "s1"})
+	if !ans.Reserved || !strings.Contains(ans.Reminders, "timer completed") {
+		t.Fatalf("the model's next request: %+v", ans)
 	}
 }
