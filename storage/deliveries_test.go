@@ -20,7 +20,9 @@ func TestEventLogTrimAndPendingIndex(t *testing.T) {
 		t.Fatalf("kept %+v %v", evs, err)
 	}
 	// Age: only events logged at or after 11000 survive the next append.
-	if err := s.Update(func(tx *Tx) error { return tx.AppendEvent(SessionEvent{ID: 13, SessionID: "a/b", LoggedAt: 13000}, 10, 11000) }); err != nil {
+	if err := s.Update(func(tx *Tx) error {
+		return tx.AppendEvent(SessionEvent{ID: 13, SessionID: "a/b", LoggedAt: 13000}, 10, 11000)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if evs, _ := s.EventsAfter("a/b", 0, 100); len(evs) != 3 || evs[0].ID != 11 {
