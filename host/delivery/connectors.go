@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -130,6 +131,9 @@ func (c *webhookConnector) send(ctx context.Context, d storage.Delivery) error {
 	resp, err := c.client.Do(req)
 	if err != nil {
 		why := err
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			why = ue.Err // without the URL, which may carry a secret in its query
+		}
 		if errors.Is(context.Cause(ctx), errTimeout) {
 			why = fmt.Errorf("no answer within %s", wh.Timeout)
 		}

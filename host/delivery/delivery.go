@@ -223,9 +223,9 @@ func New(cfg Config) (*Queue, error) {
 		wake: make(chan struct{}, 1), closed: make(chan struct{}),
 	}
 	q.hub.subs = map[string]map[*subscriber]struct{}{}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = &http.Client{}
+	client := &http.Client{}
+	if cfg.HTTPClient != nil {
+		*client = *cfg.HTTPClient // a copy: the caller's client keeps its redirect policy
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	q.connectors = map[string]connector{

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The event stream (docs/delivery.md#sse): GET /v1/sessions/{id}/events
@@ -26,6 +27,11 @@ const EventName = "delivery"
 
 // replayBatch bounds one read of the log while catching up.
 const replayBatch = 100
+
+// writeTimeout bounds one write to a subscriber: one that stops reading
+// is dropped instead of holding the stream (a network deadline, so on the
+// real clock).
+const writeTimeout = 30 * time.Second
 
 type subscriber struct{ notify chan struct{} }
 
@@ -120,6 +126,7 @@ func (q *Queue) ServeEvents(w http.ResponseWriter, r *http.Request, sessionID st
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := fmt.Fprint(w, ": chime events\nretry: 2000\n\n"); err != nil {
 		return
@@ -129,6 +136,7 @@ func (q *Queue) ServeEvents(w http.ResponseWriter, r *http.Request, sessionID st
 	}
 	for {
 		evs, err := q.store.EventsAfter(sessionID, last, replayBatch)
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if err != nil {
 			q.log.Warn("reading the event log failed", "session", sessionID, "err", err)
 		}
@@ -154,6 +162,7 @@ func (q *Queue) ServeEvents(w http.ResponseWriter, r *http.Request, sessionID st
 			return
 		case <-sub.notify:
 		case <-beat.Chan():
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
 				return
 			}
