@@ -244,3 +244,48 @@ func TestEnqueueChecksAndDedupes(t *testing.T) {
 		t.Fatalf("hits %d", rc.count())
 	}
 }
+
+// A session's own routing and webhook override the global ones; a session
+// whose last interaction is not among its connectors gets the first.
+func TestPerSessionRouting(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(t0)
+	ok := func(http.ResponseWriter, *http.Request, int) {}
+	global, own := newReceiver(t, clk, ok), newReceiver(t, clk, ok)
+	cfg := webhookConfig(global.srv.URL)
+	cfg.Connectors = []string{SSE, Webhook}
+	cfg.Sessions = map[string]SessionConfig{"ops": {Connectors: []string{Webhook}, Webhook: &WebhookConfig{URL: own.srv.URL}}}
+	cfg.Clock = clk
+	fx := newFixture(t, cfg)
+	fx.q.Touch("ops", Session) // not among ops' connectors: the first, webhook
+	fx.q.Touch("dev", Session) // not among the global ones: the first, sse
+	if got := fx.q.Route("ops"); got != Webhook {
+		t.Fatalf("ops routes to %q", got)
+	}
+	if got := fx.q.Route("dev"); got != SSE {
+		t.Fatalf("dev routes to %q", got)
+	}
+	fx.q.Touch("dev", SSE)
+	if got := fx.q.Route("dev"); got != SSE {
+		t.Fatalf("dev after a subscription: %q", got)
+	}
+	for _, sid := range []string{"ops", "dev"} {
+		if err := fx.q.Enqueue(context.Background(), item(sid, "r-"+sid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.settle()
+	if own.count() != 1 || global.count() != 0 {
+		t.Fatalf("own %d, global %d", own.count(), global.count())
+	}
+	if h := own.snapshot()[0]; h.key != "r-ops:webhook" || h.sig != "" {
+		t.Fatalf("ops hit %+v (the session's webhook has no secret)", h)
+	}
+	evs, err := fx.store.EventsAfter("dev", 0, 10)
+	if err != nil || len(evs) != 1 || evs[0].Text != "the build is green" {
+		t.Fatalf("dev's event log %+v %v", evs, err)
+	}
+	// The last channel is stored with the session.
+	if s, _, _ := fx.store.GetSession("dev"); s.LastChannel != SSE {
+		t.Fatalf("stored last channel %q", s.LastChannel)
+	}
+}
