@@ -149,41 +149,60 @@ func (w *watcher) stream(ctx context.Context, hc *http.Client, last *string) (co
 	case resp.StatusCode != http.StatusOK:
 		return false, fmt.Errorf("host answered %d", resp.StatusCode)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	err = readEvents(resp.Body, func(id, data string) error {
+		if err := w.handle(ctx, id, data); err != nil {
+			return err
+		}
+		if id != "" {
+			*last = id
+			w.save(id)
+		}
+		return nil
+	})
+	if err != nil {
+		return true, err
+	}
+	return true, errors.New("the host closed the stream")
+}
+
+// readEvents parses a text/event-stream and calls fn for each event with
+// data, with its id ("" when none): comments and unknown fields are
+// skipped, data lines are joined with newlines. It returns fn's error, a
+// read error as "connection lost", or nil at the end of the stream.
+func readEvents(r io.Reader, fn func(id, data string) error) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 2*delivery.MaxTextBytes)
 	var id string
 	var data strings.Builder
+	hasData := false
 	for sc.Scan() {
-		line := sc.Text()
+		line := strings.TrimSuffix(sc.Text(), "\r")
 		field, value, _ := strings.Cut(line, ":")
 		value = strings.TrimPrefix(value, " ")
 		switch {
 		case line == "":
-			if data.Len() > 0 {
-				if err := w.handle(ctx, id, data.String()); err != nil {
-					return true, err
-				}
-				if id != "" {
-					*last = id
-					w.save(id)
+			if hasData {
+				if err := fn(id, data.String()); err != nil {
+					return err
 				}
 			}
-			id = ""
+			id, hasData = "", false
 			data.Reset()
 		case field == "": // a comment: heartbeat
 		case field == "id":
 			id = value
 		case field == "data":
-			if data.Len() > 0 {
+			if hasData {
 				data.WriteByte('\n')
 			}
 			data.WriteString(value)
+			hasData = true
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return true, fmt.Errorf("connection lost: %w", err)
+		return fmt.Errorf("connection lost: %w", err)
 	}
-	return true, errors.New("the host closed the stream")
+	return nil
 }
 
 // handle prints one delivery and runs --exec.

@@ -161,3 +161,37 @@ func TestWatchCommand(t *testing.T) {
 	cancel2()
 	<-done
 }
+
+func TestReadEvents(t *testing.T) {
+	in := ": chime events\nretry: 2000\n\nid: 1\nevent: delivery\ndata: {\"text\":\"a\"}\n\n: heartbeat\n\nid: 2\r\ndata: x\r\ndata: y\r\n\r\ndata\n\n"
+	type ev struct{ id, data string }
+	var got []ev
+	if err := readEvents(strings.NewReader(in), func(id, data string) error { got = append(got, ev{id, data}); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := []ev{{"1", `{"text":"a"}`}, {"2", "x\ny"}, {"", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("event %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// FuzzReadEvents: any stream parses without panicking; ids and data never
+// carry a line break other than data's joins.
+func FuzzReadEvents(f *testing.F) {
+	for _, s := range []string{"id: 1\ndata: x\n\n", ": c\n\n", "data\n\n", "id:\ndata:\n\n", "data: a\ndata: b\n\n\n", "\r\n\r\n", "id: 9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = readEvents(strings.NewReader(s), func(id, data string) error {
+			if strings.ContainsAny(id, "\n") {
+				t.Fatalf("id with a newline: %q", id)
+			}
+			return nil
+		})
+	})
+}
