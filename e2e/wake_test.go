@@ -237,3 +237,39 @@ func TestWakeAfterRestart(t *testing.T) {
 	assert.Equal(t, "sk-from-config", w.Headers["x-api-key"])
 	assert.Contains(t, strings.Join(userTexts(t, c.pc.path, w.Body), "\n"), "deploy done")
 }
+
+// TestWakeReplyFollowsTheUser (docs/delivery.md#routing): with `chime
+// watch` open, a wake's reply is printed there; once the client sends a
+// request again, the next reply waits for the client's next request.
+func TestWakeReplyFollowsTheUser(t *testing.T) {
+	d := newDemo(t)
+	d.up(t)
+	c := &conv{d: d, pc: protoCases[0], m: modes[0], session: "wake-watch"}
+	c.script(t, map[string]any{"text": "hello"}, map[string]any{"text": "The nightly build is green."})
+	h := c.headers()
+	h["authorization"] = "Bearer sk-watch"
+	code, out := postJSON(t, d.proxyURL+c.pc.path, h, c.body(`hi <**heartbeat:"24h"**>`))
+	require.Equal(t, http.StatusOK, code, string(out))
+	w := startChime(t, d.env(), nil, "watch", "--session", c.session, "--host", d.hostURL)
+	// The watch is the last interaction once its stream is open.
+	waitUntil(t, "the watch's subscription", 10*time.Second, func() bool {
+		code, out := getAuthed(t, d.hostURL+"/api/sessions")
+		return code == http.StatusOK && strings.Contains(string(out), `"lastChannel":"sse"`)
+	})
+	code, out = doJSON(t, http.MethodPost, d.hostURL+"/api/sessions/"+c.session+"/events", map[string]any{"text": "nightly build finished"})
+	require.Equal(t, http.StatusNoContent, code, string(out))
+	waitUntil(t, "the reply in chime watch", 20*time.Second, func() bool {
+		return strings.Contains(w.logs.String(), "The nightly build is green.")
+	})
+
+	// Back at the client: the next reply goes to its next request.
+	c.script(t, map[string]any{"text": "hi again"}, map[string]any{"text": "Tests are flaky again."}, map[string]any{"text": "ok"})
+	c.ask(t, "I am back")
+	code, out = doJSON(t, http.MethodPost, d.hostURL+"/api/sessions/"+c.session+"/events", map[string]any{"text": "test report"})
+	require.Equal(t, http.StatusNoContent, code, string(out))
+	waitUntil(t, "the second run", 20*time.Second, func() bool { return len(c.runs(t)) >= 2 })
+	c.ask(t, "anything new?")
+	reqs := c.received(t)
+	assert.Contains(t, strings.Join(userTexts(t, c.pc.path, reqs[len(reqs)-1].Body), "\n"), "[while you were away: Tests are flaky again.]")
+	assert.NotContains(t, w.logs.String(), "Tests are flaky again.", "the client came back: not to the watch")
+}

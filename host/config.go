@@ -114,6 +114,8 @@ type Config struct {
 	// under which the dashboard API answers loopback callers without the
 	// token (dashboardHosts; docs/failures.md, DNS rebinding). Lower case, no port.
 	DashboardHosts []string
+	// Delivery is the delivery queue's routing and webhook (docs/delivery.md).
+	Delivery DeliveryConfig
 	// Clock is the uncorrected wall clock and the source of every wait of
 	// the host (default the real clock; tests pass a clockwork.FakeClock).
 	// The NTP offset is applied on top of its Now (timesource, docs/time.md#ntp).
@@ -150,6 +152,7 @@ func DefaultConfig() Config {
 			Headers:           map[string]string{},
 			RouteHeaders:      map[string]map[string]string{},
 		},
+		Delivery: DefaultDeliveryConfig(),
 	}
 }
 

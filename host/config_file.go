@@ -148,10 +148,12 @@ type configFile struct {
 	// docs/scheduler.md
 	Heartbeat heartbeatSection `yaml:"heartbeat"`
 	Wake      wakeSection      `yaml:"wake"`
+
+	Delivery deliverySection `yaml:"delivery"`
 }
 
 func (f *configFile) sections() []configSection {
-	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, &f.Heartbeat, &f.Wake, crossChecks{f}}
+	return []configSection{&f.Server, &f.NTP, &f.Clock, &f.Holds, &f.Guards, &f.Timers, &f.Cron, &f.Heartbeat, &f.Wake, &f.Delivery, crossChecks{f}}
 }
 
 // configSection is one part of the file.
@@ -509,7 +511,7 @@ func parentPath(path string) string {
 func unknownField(path string) string {
 	parent, prefix := parentPath(path), ""
 	if parent != "" {
-		prefix = parent + "."
+		prefix = schemaPath(parent) + "." // list items: delivery.sessions[0] → delivery.sessions[]
 	}
 	var known []string
 	for p := range fileSchema {

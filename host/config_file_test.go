@@ -112,7 +112,7 @@ func TestConfigFileEmptyValuesKeepDefaults(t *testing.T) {
 func TestConfigFileErrorsNameFieldAndLine(t *testing.T) {
 	cases := map[string][]string{
 		"holds:\n  maxx: 2m\n":                   {"bad.yaml:2: holds.maxx: unknown field in holds; known: max, nonStreaming"},
-		"wakes:\n  every: 5m\n":                  {"bad.yaml:1: wakes: unknown field; known: clock, cron, dashboardHosts, dataDir, guards, heartbeat, holds, listen, ntp, reentry, timers, wake"},
+		"wakes:\n  every: 5m\n":                  {"bad.yaml:1: wakes: unknown field; known: clock, cron, dashboardHosts, dataDir, delivery, guards, heartbeat, holds, listen, ntp, reentry, timers, wake"},
 		"timers:\n  maxWait: 20m\n":              {"bad.yaml:2: timers.maxWait: 20m0s is longer than guards.maxChainDuration 15m0s"},
 		"timers:\n  maxPerSession: 0\n":          {"bad.yaml:2: timers.maxPerSession: 0: must be at least 1"},
 		"dashboardHosts: [Evil.example]\n":       {"bad.yaml:1: dashboardHosts[0]: \"Evil.example\": want a lower-case host name"},

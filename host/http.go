@@ -64,6 +64,9 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions/{id}/events", "api_events", s.dashboard(s.handleEvents))
 	handle("POST /api/sessions/{id}/events", "api_events_post", s.authed(s.handlePostEvent))
 	handle("POST /api/sessions/{id}/wake", "api_wake", s.authed(s.handleWake))
+	handle("GET "+PathSessionEvents, "session_events", s.authed(s.handleSessionEvents))
+	handle("GET /api/sessions/{id}/deliveries", "api_deliveries", s.dashboard(s.handleDeliveries))
+	handle("POST /api/sessions/{id}/deliveries/{did}/retry", "api_delivery_retry", s.authed(s.handleDeliveryRetry))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {

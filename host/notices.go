@@ -19,6 +19,7 @@ func (s *Service) timerNotice(ctx context.Context, n timers.Notice) error {
 	}
 	s.metrics.TimerNotices.Inc()
 	s.RequestWake(n.SessionID, scheduler.ReasonTimer)
+	s.deliverAway(ctx, n.SessionID, "timer:"+n.TimerID, "timer", n.Text, n.At)
 	s.log.Info("timer completed in the background; notice queued", "session", n.SessionID, "timer", n.TimerID)
 	return nil
 }

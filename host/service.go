@@ -29,6 +29,7 @@ import (
 
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/cron"
+	"github.com/chimehq/chime/host/delivery"
 	"github.com/chimehq/chime/host/internal/metrics"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/internal/touch"
@@ -69,6 +70,7 @@ type Service struct {
 	tokenSum [sha256.Size]byte
 	handler  http.Handler
 	resolver *resolve.Resolver
+	delivery *delivery.Queue
 
 	zones   sync.Map // IANA name → *time.Location
 	markers markerLedger
@@ -77,9 +79,6 @@ type Service struct {
 	sched    *scheduler.Scheduler
 	wake     wakeState
 	wakeHTTP *http.Client
-	// deliverFn replaces the session connector when a delivery queue is
-	// wired (deliver).
-	deliverFn func(context.Context, Delivery) error
 	// onChange is told a session's state changed (live views).
 	onChange func(sid string)
 
@@ -178,6 +177,10 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		Observe: func(_ scheduler.Reason, late time.Duration) { s.metrics.WakeLateness.Observe(late.Seconds()) },
 		Logger:  logger,
 	})
+	if s.delivery, err = s.newDeliveryQueue(); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("host: %w", err)
+	}
 	s.tools = s.newServerTools()
 	if s.resolver, err = s.newResolver(); err != nil {
 		_ = store.Close()
@@ -221,6 +224,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { _ = s.timers.Run(ctx) })
 	s.restoreCron()
 	wg.Go(func() { _ = s.cron.Run(ctx) })
+	wg.Go(func() { _ = s.delivery.Run(ctx) })
 	ticker := s.clock.NewTicker(s.cfg.TouchSync)
 	defer ticker.Stop()
 	wg.Go(func() { s.touches.Run(ctx, ticker.Chan()) })
@@ -260,7 +264,8 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 // call more than once.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.drain.Lock() // never released: the service is closed
+		s.delivery.Close() // ends the event streams, which hold the drain lock
+		s.drain.Lock()     // never released: the service is closed
 		if err := s.touches.Flush(); err != nil {
 			s.log.Warn("host: final session touch flush failed", "err", err)
 		}

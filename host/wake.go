@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/delivery"
 	"github.com/chimehq/chime/host/internal/resolve"
 	"github.com/chimehq/chime/host/route"
 	"github.com/chimehq/chime/host/scheduler"
@@ -307,7 +308,7 @@ func (s *Service) runWake(ctx context.Context, sid string, reason scheduler.Reas
 		rec.Why = "the model acked; the events and reminders it carried were delivered as they were"
 	}
 	if rec.Status == RunSent {
-		if err := s.deliver(ctx, Delivery{Session: sid, RunID: runID, Reason: string(reason), Text: deliverText, At: s.now()}); err != nil {
+		if err := s.Deliver(ctx, delivery.Item{Session: sid, RunID: runID, Reason: string(reason), Text: deliverText, At: s.now()}); err != nil {
 			rec.Error = "delivery: " + err.Error()
 			s.log.Warn("delivering a wake's reply failed", "session", sid, "run", runID, "err", err)
 		}
@@ -634,7 +635,7 @@ func (s *Service) RunIsolated(ctx context.Context, sid, jobID, text string) erro
 	rec.Status = RunSent
 	if strings.TrimSpace(reply) == "" {
 		rec.Status = RunOKEmpty
-	} else if err := s.deliver(ctx, Delivery{Session: sid, RunID: runID, Reason: string(scheduler.ReasonCron), Text: reply, At: s.now()}); err != nil {
+	} else if err := s.Deliver(ctx, delivery.Item{Session: sid, RunID: runID, Reason: string(scheduler.ReasonCron), Text: reply, At: s.now()}); err != nil {
 		rec.Error = "delivery: " + err.Error()
 	}
 	rec.Reply = truncateRunes(reply, maxReplyKept)

@@ -21,7 +21,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newVersionCommand(), newProxyCommand(), newUpCommand(), newHostCommand(), newMockLLMCommand(), newConfigCommand(), newHealthcheckCommand(), newTimersCommand(), newMCPCommand(), newStoreCommand(), newCronCommand())
+	root.AddCommand(newVersionCommand(), newProxyCommand(), newUpCommand(), newHostCommand(), newMockLLMCommand(), newConfigCommand(), newHealthcheckCommand(), newTimersCommand(), newMCPCommand(), newStoreCommand(), newCronCommand(), newWatchCommand())
 	return root
 }
 
