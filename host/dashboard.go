@@ -30,6 +30,9 @@ type SessionView struct {
 	TaskCount   int              `json:"taskCount"`
 	StopMessage *StopMessageView `json:"stopMessage"` // null when none
 	Route       string           `json:"route"`
+	// LiveTimers counts the timers running, waited on, paused or in the
+	// background.
+	LiveTimers int `json:"liveTimers"`
 }
 
 // StopMessageView is a session's stopMessage state (docs/continuation.md).
@@ -138,6 +141,7 @@ func (s *Service) handleSessions(w http.ResponseWriter, r *http.Request, include
 	views = views[:min(limit, len(views))]
 	for i := range views {
 		v := &views[i]
+		v.LiveTimers = s.timers.LiveIn(v.ID)
 		err := s.store.View(func(tx *storage.Tx) error {
 			tasks, err := tx.Tasks(v.ID)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/ui"
 	"github.com/chimehq/chime/hostapi"
 )
 
@@ -49,7 +50,13 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions", "api_sessions", s.dashboard(s.handleSessions))
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
 	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
-	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(s.handleTimerAction))
+	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(ui.SameOrigin(s.handleTimerAction)))
+	// The dashboard (docs/dashboard.md): the page, its change stream and
+	// the history view.
+	handle("GET /ui/", "ui", ui.Handler().ServeHTTP)
+	handle("GET /ui", "ui", http.RedirectHandler(ui.Prefix, http.StatusFound).ServeHTTP)
+	handle("GET /api/events", "api_events", s.dashboard(func(w http.ResponseWriter, r *http.Request, _ bool) { s.events.ServeHTTP(w, r) }))
+	handle("GET /api/sessions/{id}/history", "api_history", s.dashboard(ui.HistoryHandler(ui.TimerHistory(s.timers.List))))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {

@@ -31,6 +31,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	sid := req.SessionID
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
+		defer s.events.Publish(sid)
 	}
 	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
 		s.applyKept(ctx, sid, k, now)

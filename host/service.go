@@ -33,6 +33,7 @@ import (
 	"github.com/chimehq/chime/host/internal/touch"
 	"github.com/chimehq/chime/host/stopmessage"
 	"github.com/chimehq/chime/host/timers"
+	"github.com/chimehq/chime/host/ui"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
@@ -59,6 +60,7 @@ type Service struct {
 	clock    timesource.Clock // host time: wall clock + NTP offset (tracker.Clock)
 	engine   *clock.Engine
 	timers   *timers.Manager
+	events   *ui.Broker // the dashboard's change stream (docs/dashboard.md)
 	stops    *stopmessage.Messages
 	tools    *serverTools
 	touches  *touch.Batcher
@@ -129,15 +131,17 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+		events:   ui.NewBroker(cfg.Clock, 0),
 
 		prepareSlots: make(chan struct{}, cfg.MaxConcurrentPrepares),
 	}
 	s.timers, err = timers.New(timers.Config{
 		Store: store, Clock: hostClock, Mono: cfg.Clock,
 		MaxWait: cfg.TimerMaxWait, MaxPerSession: cfg.TimerMaxPerSession, Retention: cfg.TimerRetention,
-		Notify: s.timerNotice,
-		Fired:  func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
-		Logger: logger,
+		Notify:  s.timerNotice,
+		Fired:   func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
+		Changed: s.events.Publish,
+		Logger:  logger,
 	})
 	if err != nil {
 		_ = store.Close()
