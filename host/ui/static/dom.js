@@ -28,10 +28,7 @@ export function s(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v !== undefined && v !== null) el.setAttribute(k, v);
   }
-  for (const c of children) {
-    if (c === undefined || c === null) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
+  append(el, children);
   return el;
 }
 
