@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,9 +74,24 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(c, chromedp.Text(chromedp.CSS(sel)))
+	// One step inside the page, like click: nodes come and go on re-render.
+	s, err := chromedp.Run(c, chromedp.Poll[string](`(() => { const el = document.querySelector(` + strconv.Quote(sel) + `); return el ? el.innerText.trim() || "\u0000" : null })()`))
 	require.NoError(t, err, "text of %s", sel)
-	return s
+	return strings.TrimPrefix(s, "\x00")
+}
+
+// click clicks sel once it is there, in one step inside the page: the
+// page re-renders on every change notice, so a node found by one protocol
+// call may be gone by the next. set, if any, gives input values first
+// (selector → value).
+func click(sel string, set ...[2]string) chromedp.Action[chromedp.Void] {
+	var js strings.Builder
+	js.WriteString("(() => { const el = document.querySelector(" + strconv.Quote(sel) + "); if (!el) return false;")
+	for _, kv := range set {
+		js.WriteString(" { const i = document.querySelector(" + strconv.Quote(kv[0]) + "); if (!i) return false; i.value = " + strconv.Quote(kv[1]) + "; }")
+	}
+	js.WriteString(" el.click(); return true; })()")
+	return chromedp.Poll[chromedp.Void](js.String())
 }
 
 // screenshot saves the viewport as name.png under dir, and under docs/img
@@ -131,7 +147,7 @@ func TestDashboardBrowser(t *testing.T) {
 	// without waiting on it.
 	c := &conv{d: d, pc: protoCases[0], m: modes[0], session: "dash-build"}
 	c.script(t,
-		map[string]any{"toolCalls": []any{clockSchedule("check the deploy", time.Now().Add(2*time.Hour)), newTimer(600, 0.2, "build")}},
+		map[string]any{"toolCalls": []any{clockSchedule("check the deploy", time.Now().Add(40*time.Minute)), newTimer(600, 0.2, "build")}},
 		map[string]any{"text": "Started."},
 	)
 	turn, _ := c.ask(t, "start the build and remind me")
@@ -152,7 +168,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	// The session page: the timer counts down in the page.
 	within(t, ctx, 20*time.Second, "session page",
-		chromedp.Click(chromedp.CSS(`tr[data-session="dash-build"] a`)),
+		click(`tr[data-session="dash-build"] a`),
 		chromedp.WaitVisible(chromedp.CSS(row+` .countdown`)))
 	first := seconds(t, text(t, ctx, row+" .countdown"))
 	assert.InDelta(t, 600, first, 15, "a 10-minute timer just started")
@@ -172,7 +188,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	// A control without the token: the host refuses and the page says why.
 	within(t, ctx, 10*time.Second, "pause without a token",
-		chromedp.Click(chromedp.CSS(row+` button[data-action="pause"]`)),
+		click(row+` button[data-action="pause"]`),
 		chromedp.WaitVisible(chromedp.CSS(`#control-message`)))
 	assert.Contains(t, text(t, ctx, "#control-message"), "controls need the host token")
 	assert.Equal(t, "Running", timerState(t, d, c.session, tid))
@@ -180,7 +196,7 @@ func TestDashboardBrowser(t *testing.T) {
 	// With the token: text appears, and pause, resume and stop work.
 	within(t, ctx, 10*time.Second, "token",
 		chromedp.SendKeys(chromedp.CSS("#token"), hostToken),
-		chromedp.Click(chromedp.CSS("#token-save")),
+		click("#token-save"),
 		chromedp.WaitVisible(chromedp.CSS(`#token-clear`)))
 	within(t, ctx, 10*time.Second, "task text", chromedp.Poll[chromedp.Void](
 		`document.querySelector('[data-panel="tasks"]').textContent.includes('check the deploy')`))
@@ -196,20 +212,22 @@ func TestDashboardBrowser(t *testing.T) {
 		chromedp.Poll[chromedp.Void](`document.querySelectorAll('[data-panel="timers"] tr[data-timer]').length === 2`))
 
 	within(t, ctx, 10*time.Second, "pause",
-		chromedp.SetValue(chromedp.CSS(row+` input[data-pause-seconds]`), "120"),
-		chromedp.Click(chromedp.CSS(row+` button[data-action="pause"]`)),
+		click(row+` button[data-action="pause"]`, [2]string{row + ` input[data-pause-seconds]`, "120"}),
 		chromedp.WaitVisible(chromedp.CSS(row+`[data-status="Paused"]`)))
 	assert.Equal(t, "Paused", timerState(t, d, c.session, tid))
 	assert.Equal(t, "Paused", text(t, ctx, row+` [data-role="status"]`))
+	assert.Contains(t, text(t, ctx, row), "resumes in 2 min", "paused for 120 s")
+	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
+		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="timer"]`)))
 	screenshot(t, ctx, shots, "session")
 
 	within(t, ctx, 10*time.Second, "resume",
-		chromedp.Click(chromedp.CSS(row+` button[data-action="resume"]`)),
+		click(row+` button[data-action="resume"]`),
 		chromedp.WaitVisible(chromedp.CSS(row+`[data-status="Running"]`)))
 	assert.Equal(t, "Running", timerState(t, d, c.session, tid))
 
 	within(t, ctx, 10*time.Second, "stop",
-		chromedp.Click(chromedp.CSS(row+` button[data-action="stop"]`)),
+		click(row+` button[data-action="stop"]`),
 		chromedp.WaitVisible(chromedp.CSS(row+`[data-status="Stopped"]`)))
 	assert.Equal(t, "Stopped", timerState(t, d, c.session, tid))
 
@@ -277,7 +295,7 @@ func TestDashboardNonLoopback(t *testing.T) {
 
 	within(t, ctx, 20*time.Second, "with the token",
 		chromedp.SendKeys(chromedp.CSS("#token"), hostToken),
-		chromedp.Click(chromedp.CSS("#token-save")),
+		click("#token-save"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-session="dash-remote"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#live.on`)))
 	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('banner').hidden`))

@@ -45,7 +45,10 @@ func TimerHistory(list func(sessionID string) ([]timers.View, error)) HistorySou
 		}
 		var out []HistoryEntry
 		for _, v := range vs {
-			for _, h := range v.History {
+			// Newest first, so that transitions of one millisecond keep
+			// their order through the stable sort.
+			for i := len(v.History) - 1; i >= 0; i-- {
+				h := v.History[i]
 				e := HistoryEntry{At: h.At, Kind: "timer", ID: v.TimerID, Status: h.Status}
 				if includeText {
 					e.Reason = h.Reason

@@ -128,9 +128,9 @@ function stopMessageText(m) {
 
 // --- a session ---
 
-async function act(method, path, body) {
+async function act(method, path, body, label) {
   const r = await api(path, { method, body });
-  state.message = r.ok ? { text: 'Done: ' + method + ' ' + path.split('/').slice(-2).join(' '), ok: true } : { text: explainControl(r), ok: false };
+  state.message = r.ok ? { text: 'Done: ' + (label || method + ' ' + path), ok: true } : { text: explainControl(r), ok: false };
   await render();
 }
 
@@ -167,12 +167,12 @@ function timelinePanel(data) {
   const zoom = [[3600e3, '1 h'], [6 * 3600e3, '6 h'], [24 * 3600e3, '24 h']].map(([ms, label]) => h('button', {
     type: 'button', class: state.span === ms ? 'on' : '', onclick: () => { state.span = ms; render(); },
   }, '±' + label));
-  const legend = [['var(--task)', 'clock task due'], ['var(--run)', 'running / delivered'], ['var(--wait)', 'waited on'],
-    ['var(--pause)', 'paused'], ['var(--bg-t)', 'background'], ['var(--stop)', 'stopped / failed']];
+  const legend = [['task', 'clock task due'], ['run', 'running / delivered'], ['wait', 'waited on'],
+    ['pause', 'paused'], ['bg', 'background'], ['stop', 'stopped / failed']];
   return h('section', { class: 'panel timeline', 'data-panel': 'timeline' },
     h('h2', null, 'Timeline', h('span', { class: 'count' }, 'past and next ' + duration(state.span).replace(/:00:00$/, ' h')), h('span', { class: 'zoom' }, zoom)),
     timeline(data, hostNow(), state.span),
-    h('div', { class: 'legend' }, legend.map(([c, l]) => h('span', null, h('i', { style: 'background:' + c }), l)),
+    h('div', { class: 'legend' }, legend.map(([c, l]) => h('span', null, h('i', { class: 'l-' + c }), l)),
       h('span', null, 'lighter: expected')));
 }
 

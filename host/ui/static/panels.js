@@ -31,7 +31,7 @@ function timersPanel() {
         const btn = (label, action, cls, body) => h('button', {
           type: 'button', class: cls, 'data-action': action,
           onclick: () => ctx.act('POST', base(ctx.sid) + '/timers/' + enc(t.timerId) + '/' + action,
-            Object.assign({ reason: action + ' from the dashboard' }, body ? body() : {})),
+            Object.assign({ reason: action + ' from the dashboard' }, body ? body() : {}), action + ' timer ' + t.timerId),
         }, label);
         const secs = h('input', {
           type: 'number', min: '1', step: '1', 'aria-label': 'pause seconds', 'data-pause-seconds': t.timerId,
@@ -99,19 +99,19 @@ function jobsPanel() {
         h('td', null, j.enabled ? when(j.nextRunAt) : h('span', { class: 'badge Paused' }, 'paused')),
         h('td', null, when(j.lastRunAt), j.lastStatus ? h('div', { class: 'muted' }, j.lastStatus) : null),
         h('td', null, h('div', { class: 'controls' },
-          h('button', { type: 'button', 'data-action': 'run', onclick: () => ctx.act('POST', jb(j.id) + '/run', {}) }, 'Run now'),
+          h('button', { type: 'button', 'data-action': 'run', onclick: () => ctx.act('POST', jb(j.id) + '/run', {}, 'run job ' + (j.name || j.id)) }, 'Run now'),
           j.enabled
-            ? h('button', { type: 'button', 'data-action': 'pause', onclick: () => ctx.act('POST', jb(j.id) + '/pause', {}) }, 'Pause')
-            : h('button', { type: 'button', 'data-action': 'resume', onclick: () => ctx.act('POST', jb(j.id) + '/resume', {}) }, 'Resume'),
-          h('button', { type: 'button', class: 'danger', 'data-action': 'delete', onclick: () => ctx.act('DELETE', jb(j.id)) }, 'Delete')))));
-      const f = (name, ph, w) => h('input', { type: 'text', name, placeholder: ph, style: w ? undefined : undefined });
+            ? h('button', { type: 'button', 'data-action': 'pause', onclick: () => ctx.act('POST', jb(j.id) + '/pause', {}, 'pause job ' + (j.name || j.id)) }, 'Pause')
+            : h('button', { type: 'button', 'data-action': 'resume', onclick: () => ctx.act('POST', jb(j.id) + '/resume', {}, 'resume job ' + (j.name || j.id)) }, 'Resume'),
+          h('button', { type: 'button', class: 'danger', 'data-action': 'delete', onclick: () => ctx.act('DELETE', jb(j.id), undefined, 'delete job ' + (j.name || j.id)) }, 'Delete')))));
+      const f = (name, ph) => h('input', { type: 'text', name, placeholder: ph });
       const kind = h('select', { name: 'kind' }, ['cron', 'every', 'at'].map((k) => h('option', { value: k }, k)));
       const form = h('form', {
         class: 'inline', 'data-form': 'add-job',
         onsubmit: (e) => {
           e.preventDefault();
           const v = Object.fromEntries(new FormData(e.target));
-          ctx.act('POST', base(ctx.sid) + '/jobs', { name: v.name, kind: v.kind, schedule: v.schedule, tz: v.tz, target: v.target });
+          ctx.act('POST', base(ctx.sid) + '/jobs', { name: v.name, kind: v.kind, schedule: v.schedule, tz: v.tz, target: v.target }, 'add job ' + v.name);
         },
       }, f('name', 'name'), kind, f('schedule', '*/5 * * * * or 10m'), f('tz', 'time zone (optional)'), f('target', 'prompt / target'),
       h('button', { type: 'submit' }, 'Add job'));
@@ -137,7 +137,7 @@ function heartbeatPanel() {
             enabled: fd.get('enabled') === 'on', every: fd.get('every'), prompt: fd.get('prompt'),
             activeHours: { start: fd.get('start'), end: fd.get('end'), timezone: fd.get('timezone') },
             onlyWhenPending: fd.get('onlyWhenPending') === 'on',
-          });
+          }, 'save heartbeat');
         },
       },
       h('label', null, h('input', { type: 'checkbox', name: 'enabled', checked: !!d.enabled }), ' enabled'),
@@ -192,7 +192,7 @@ function deliveriesPanel() {
         h('td', null, x.lastError || ''),
         h('td', null, x.state === 'failed' ? h('button', {
           type: 'button', 'data-action': 'retry',
-          onclick: () => ctx.act('POST', base(ctx.sid) + '/deliveries/' + enc(x.id) + '/retry', {}),
+          onclick: () => ctx.act('POST', base(ctx.sid) + '/deliveries/' + enc(x.id) + '/retry', {}, 'retry delivery ' + x.id),
         }, 'Retry') : null)));
       return table(['delivery', 'connector', 'state', 'attempts', 'next attempt', 'last error', ''], rows, 'No deliveries.');
     },
