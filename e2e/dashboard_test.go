@@ -94,14 +94,15 @@ func click(sel string, set ...[2]string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](js.String())
 }
 
-// screenshot saves the viewport as name.png under dir, and under docs/img
-// when CHIME_DOCS_SCREENSHOTS is set.
-func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+// screenshot saves the viewport as name.png under dir, and, for the
+// pictures of the docs (docs true), under docs/img when
+// CHIME_DOCS_SCREENSHOTS is set.
+func screenshot(t *testing.T, ctx context.Context, dir, name string, docs bool) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
-	if os.Getenv("CHIME_DOCS_SCREENSHOTS") != "" {
+	if docs && os.Getenv("CHIME_DOCS_SCREENSHOTS") != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(repoRoot(), "docs", "img", "dashboard-"+name+".png"), png, 0o644))
 	}
 	t.Logf("screenshot %s", filepath.Join(dir, name+".png"))
@@ -164,7 +165,7 @@ func TestDashboardBrowser(t *testing.T) {
 	assert.Contains(t, text(t, ctx, `tr[data-session="dash-build"]`), "dash-build")
 	assert.Equal(t, "read-only", text(t, ctx, "#token-state"))
 	within(t, ctx, 10*time.Second, "live stream", chromedp.WaitVisible(chromedp.CSS(`#live.on`)))
-	screenshot(t, ctx, shots, "sessions")
+	screenshot(t, ctx, shots, "sessions", false)
 
 	// The session page: the timer counts down in the page.
 	within(t, ctx, 20*time.Second, "session page",
@@ -219,7 +220,7 @@ func TestDashboardBrowser(t *testing.T) {
 	assert.Contains(t, text(t, ctx, row), "resumes in 2 min", "paused for 120 s")
 	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
 		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="timer"]`)))
-	screenshot(t, ctx, shots, "session")
+	screenshot(t, ctx, shots, "session", true)
 
 	within(t, ctx, 10*time.Second, "resume",
 		click(row+` button[data-action="resume"]`),
@@ -239,7 +240,7 @@ func TestDashboardBrowser(t *testing.T) {
 	for _, want := range []string{"Paused", "Running", "Stopped", "pause from the dashboard", "stop from the dashboard", tid} {
 		assert.Contains(t, hist, want)
 	}
-	screenshot(t, ctx, shots, "history")
+	screenshot(t, ctx, shots, "history", true)
 
 	// No panel for features the host does not have yet.
 	within(t, ctx, 10*time.Second, "session again",
@@ -291,7 +292,7 @@ func TestDashboardNonLoopback(t *testing.T) {
 	msg := text(t, ctx, "#banner")
 	assert.Contains(t, msg, "401")
 	assert.Contains(t, msg, "enter the host token")
-	screenshot(t, ctx, t.TempDir(), "unauthorized")
+	screenshot(t, ctx, t.TempDir(), "unauthorized", false)
 
 	within(t, ctx, 20*time.Second, "with the token",
 		chromedp.SendKeys(chromedp.CSS("#token"), hostToken),
