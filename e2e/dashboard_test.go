@@ -75,7 +75,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// One step inside the page, like click: nodes come and go on re-render.
-	s, err := chromedp.Run(c, chromedp.Poll[string](`(() => { const el = document.querySelector(` + strconv.Quote(sel) + `); return el ? el.innerText.trim() || "\u0000" : null })()`))
+	s, err := chromedp.Run(c, chromedp.Poll[string](`(() => { const el = document.querySelector(`+strconv.Quote(sel)+`); return el ? el.innerText.trim() || "\u0000" : null })()`))
 	require.NoError(t, err, "text of %s", sel)
 	return strings.TrimPrefix(s, "\x00")
 }
