@@ -30,6 +30,22 @@ type SessionView struct {
 	TaskCount   int              `json:"taskCount"`
 	StopMessage *StopMessageView `json:"stopMessage"` // null when none
 	Route       string           `json:"route"`
+	// LiveTimers counts the timers running, waited on, paused or in the
+	// background.
+	LiveTimers int `json:"liveTimers"`
+	// LastChannel is where deliveries go: "session" after a proxied
+	// request, "sse" while chime watch or the dashboard follows it
+	// (docs/delivery.md#routing).
+	LastChannel string `json:"lastChannel,omitempty"`
+	// Heartbeat is set while the session's heartbeat is armed
+	// (docs/scheduler.md#heartbeat).
+	Heartbeat *HeartbeatBrief `json:"heartbeat,omitempty"`
+}
+
+// HeartbeatBrief is the session list's view of a heartbeat.
+type HeartbeatBrief struct {
+	Every  string `json:"every"`
+	NextAt int64  `json:"nextAt"` // Unix ms
 }
 
 // StopMessageView is a session's stopMessage state (docs/continuation.md).
@@ -122,7 +138,7 @@ func (s *Service) handleSessions(w http.ResponseWriter, r *http.Request, include
 	pending := s.touches.Pending()
 	views := make([]SessionView, 0, len(stored)+len(pending))
 	for _, sess := range stored {
-		v := SessionView{ID: sess.ID, CreatedAt: sess.CreatedAt, LastSeenAt: sess.LastSeenAt, Route: sess.Route}
+		v := SessionView{ID: sess.ID, CreatedAt: sess.CreatedAt, LastSeenAt: sess.LastSeenAt, Route: sess.Route, LastChannel: sess.LastChannel}
 		if ms, ok := pending[sess.ID]; ok {
 			v.LastSeenAt = max(v.LastSeenAt, ms)
 			delete(pending, sess.ID)
@@ -138,6 +154,13 @@ func (s *Service) handleSessions(w http.ResponseWriter, r *http.Request, include
 	views = views[:min(limit, len(views))]
 	for i := range views {
 		v := &views[i]
+		v.LiveTimers = s.timers.LiveIn(v.ID)
+		if c := s.delivery.LastChannel(v.ID); c != "" {
+			v.LastChannel = c
+		}
+		if at, ok := s.sched.NextHeartbeat(v.ID); ok {
+			v.Heartbeat = &HeartbeatBrief{Every: s.heartbeatFor(v.ID).Every.String(), NextAt: at.UnixMilli()}
+		}
 		err := s.store.View(func(tx *storage.Tx) error {
 			tasks, err := tx.Tasks(v.ID)
 			if err != nil {

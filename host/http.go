@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/ui"
 	"github.com/chimehq/chime/hostapi"
 )
 
@@ -49,24 +50,30 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions", "api_sessions", s.dashboard(s.handleSessions))
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
 	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
-	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(s.handleTimerAction))
-	handle("GET /api/jobs", "api_jobs", s.dashboard(s.handleAllJobs))
+	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(ui.SameOrigin(s.handleTimerAction)))
+		handle("GET /api/jobs", "api_jobs", s.dashboard(s.handleAllJobs))
 	handle("GET /api/sessions/{id}/jobs", "api_jobs", s.dashboard(s.handleJobs))
-	handle("POST /api/sessions/{id}/jobs", "api_job_create", s.authed(s.handleJobCreate))
+	handle("POST /api/sessions/{id}/jobs", "api_job_create", s.authed(ui.SameOrigin(s.handleJobCreate)))
 	handle("GET /api/sessions/{id}/jobs/{jid}", "api_job", s.dashboard(s.handleJob))
-	handle("DELETE /api/sessions/{id}/jobs/{jid}", "api_job_delete", s.authed(s.handleJobDelete))
-	handle("POST /api/sessions/{id}/jobs/{jid}/{action}", "api_job_action", s.authed(s.handleJobAction))
+	handle("DELETE /api/sessions/{id}/jobs/{jid}", "api_job_delete", s.authed(ui.SameOrigin(s.handleJobDelete)))
+	handle("POST /api/sessions/{id}/jobs/{jid}/{action}", "api_job_action", s.authed(ui.SameOrigin(s.handleJobAction)))
 	handle("POST "+hostapi.PathTemplate, "template", s.authed(s.handleTemplate))
 	handle("GET /api/sessions/{id}/heartbeat", "api_heartbeat", s.dashboard(s.handleGetHeartbeat))
-	handle("PUT /api/sessions/{id}/heartbeat", "api_heartbeat_put", s.authed(s.handlePutHeartbeat))
-	handle("DELETE /api/sessions/{id}/heartbeat", "api_heartbeat_delete", s.authed(s.handleDeleteHeartbeat))
+	handle("PUT /api/sessions/{id}/heartbeat", "api_heartbeat_put", s.authed(ui.SameOrigin(s.handlePutHeartbeat)))
+	handle("DELETE /api/sessions/{id}/heartbeat", "api_heartbeat_delete", s.authed(ui.SameOrigin(s.handleDeleteHeartbeat)))
 	handle("GET /api/sessions/{id}/runs", "api_runs", s.dashboard(s.handleRuns))
-	handle("GET /api/sessions/{id}/events", "api_events", s.dashboard(s.handleEvents))
-	handle("POST /api/sessions/{id}/events", "api_events_post", s.authed(s.handlePostEvent))
-	handle("POST /api/sessions/{id}/wake", "api_wake", s.authed(s.handleWake))
+	handle("GET /api/sessions/{id}/events", "api_system_events", s.dashboard(s.handleEvents))
+	handle("POST /api/sessions/{id}/events", "api_system_events_post", s.authed(ui.SameOrigin(s.handlePostEvent)))
+	handle("POST /api/sessions/{id}/wake", "api_wake", s.authed(ui.SameOrigin(s.handleWake)))
 	handle("GET "+PathSessionEvents, "session_events", s.authed(s.handleSessionEvents))
 	handle("GET /api/sessions/{id}/deliveries", "api_deliveries", s.dashboard(s.handleDeliveries))
-	handle("POST /api/sessions/{id}/deliveries/{did}/retry", "api_delivery_retry", s.authed(s.handleDeliveryRetry))
+	handle("POST /api/sessions/{id}/deliveries/{did}/retry", "api_delivery_retry", s.authed(ui.SameOrigin(s.handleDeliveryRetry)))
+	// The dashboard (docs/dashboard.md): the page, its change stream and
+	// the history view.
+	handle("GET /ui/", "ui", ui.Handler().ServeHTTP)
+	handle("GET /ui", "ui", http.RedirectHandler(ui.Prefix, http.StatusFound).ServeHTTP)
+	handle("GET /api/events", "api_events", s.dashboard(func(w http.ResponseWriter, r *http.Request, _ bool) { s.events.ServeHTTP(w, r) }))
+	handle("GET /api/sessions/{id}/history", "api_history", s.dashboard(ui.HistoryHandler(ui.TimerHistory(s.timers.List), s.runHistory, s.deliveryHistory)))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))
 	handle("/", "other", func(w http.ResponseWriter, r *http.Request) {
 		if allow, ok := knownMethods[r.URL.Path]; ok {

@@ -130,7 +130,7 @@ func TestDashboardAPI(t *testing.T) {
 	for k := range dash {
 		keys = append(keys, k)
 	}
-	if len(keys) != 6 || dash["id"] != sid || dash["taskCount"].(float64) != 1 || dash["route"] != "slow" ||
+	if len(keys) != 8 || dash["lastChannel"] != "session" || dash["liveTimers"].(float64) != 0 || dash["id"] != sid || dash["taskCount"].(float64) != 1 || dash["route"] != "slow" ||
 		dash["createdAt"].(float64) != float64(t0.UnixMilli()) {
 		t.Fatalf("session view: %v", dash)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"github.com/chimehq/chime/host/ui"
 
 	"github.com/chimehq/chime/host/internal/metrics"
 )
@@ -18,6 +19,7 @@ func (s *Service) Commit(ctx context.Context, requestID string) (int, error) {
 	if err == nil && n > 0 {
 		s.metrics.Reservations.WithLabelValues(metrics.Committed).Inc()
 		s.log.Info("reminders committed", "request", requestID, "count", n)
+		s.events.Publish(ui.AllSessions)
 	}
 	return n, err
 }

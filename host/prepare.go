@@ -32,6 +32,7 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
 		s.touchDelivery(req) // a proxied request: deliveries go to session injection
+		defer s.events.Publish(sid)
 	}
 	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
 		s.applyKept(ctx, sid, k, now)

@@ -36,6 +36,7 @@ import (
 	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/host/stopmessage"
 	"github.com/chimehq/chime/host/timers"
+	"github.com/chimehq/chime/host/ui"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/internal/timesource"
 	"github.com/chimehq/chime/llm"
@@ -63,6 +64,7 @@ type Service struct {
 	engine   *clock.Engine
 	timers   *timers.Manager
 	cron     *cron.Manager
+	events   *ui.Broker // the dashboard's change stream (docs/dashboard.md)
 	stops    *stopmessage.Messages
 	tools    *serverTools
 	touches  *touch.Batcher
@@ -79,8 +81,6 @@ type Service struct {
 	sched    *scheduler.Scheduler
 	wake     wakeState
 	wakeHTTP *http.Client
-	// onChange is told a session's state changed (live views).
-	onChange func(sid string)
 
 	prepareSlots chan struct{} // admission control of prepare calls
 	shedLog      periodicLog
@@ -141,15 +141,17 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		touches:  touch.New(store, logger),
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+		events:   ui.NewBroker(cfg.Clock, 0),
 
 		prepareSlots: make(chan struct{}, cfg.MaxConcurrentPrepares),
 	}
 	s.timers, err = timers.New(timers.Config{
 		Store: store, Clock: hostClock, Mono: cfg.Clock,
 		MaxWait: cfg.TimerMaxWait, MaxPerSession: cfg.TimerMaxPerSession, Retention: cfg.TimerRetention,
-		Notify: s.timerNotice,
-		Fired:  func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
-		Logger: logger,
+		Notify:  s.timerNotice,
+		Fired:   func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
+		Changed: s.events.Publish,
+		Logger:  logger,
 	})
 	if err != nil {
 		_ = store.Close()

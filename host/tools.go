@@ -116,6 +116,7 @@ func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string
 		res = mustJSON(toolResult{Error: fmt.Sprintf("the %s tool is disabled on this host", name)})
 	default:
 		res = f.run(ctx, sessionID, requestID, name, args)
+		s.events.Publish(sessionID)
 	}
 	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
 	return res

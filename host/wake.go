@@ -392,12 +392,8 @@ func (s *Service) nextRunID(sid string) (string, error) {
 	return wakePrefix + sid + ":" + strconv.FormatInt(n, 10), nil
 }
 
-// changed is a hook for live views (the dashboard); nil-safe.
-func (s *Service) changed(sid string) {
-	if s.onChange != nil {
-		s.onChange(sid)
-	}
-}
+// changed tells the dashboard's change stream that a session changed.
+func (s *Service) changed(sid string) { s.events.Publish(sid) }
 
 // timeTag is the time tag of a wake in the session's zone.
 func (s *Service) timeTag(loc *time.Location) string {

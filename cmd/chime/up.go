@@ -68,7 +68,7 @@ func newUpCommand() *cobra.Command {
 			}()
 			// The host closes its store when Run returns; wait for that on exit.
 			defer func() { cancel(); <-hostDone }()
-			fmt.Fprintf(out, "host service   http://%s (/api/sessions, /metrics; data %s)\n", hcfg.Addr, hcfg.DataDir)
+			fmt.Fprintf(out, "host service   http://%s (dashboard /ui, /api/sessions, /metrics; data %s)\n", hcfg.Addr, hcfg.DataDir)
 
 			if upstream == "" {
 				go func() {

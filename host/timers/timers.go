@@ -89,8 +89,11 @@ type Config struct {
 	Notify func(context.Context, Notice) error
 	// Fired, if set, observes every completion: how late it fired against
 	// its due time on the monotonic clock.
-	Fired  func(late time.Duration)
-	Logger *slog.Logger
+	Fired func(late time.Duration)
+	// Changed, if set, is told the session of every transition written
+	// (the dashboard's change stream). It must not block.
+	Changed func(sessionID string)
+	Logger  *slog.Logger
 }
 
 // Manager runs every session's timers. It is safe for concurrent use.
@@ -147,6 +150,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Fired == nil {
 		cfg.Fired = func(time.Duration) {}
 	}
+	if cfg.Changed == nil {
+		cfg.Changed = func(string) {}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -170,6 +176,14 @@ func (m *Manager) Live() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.live)
+}
+
+// LiveIn reports how many of a session's timers are live (the
+// dashboard's session list).
+func (m *Manager) LiveIn(sessionID string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.perSes[sessionID])
 }
 
 func newTimerID() string {
@@ -234,6 +248,7 @@ func (m *Manager) persist(rec storage.Timer) error {
 	if err := m.cfg.Store.PutTimer(rec); err != nil {
 		return fmt.Errorf("timers: write %s: %w", rec.TimerID, err)
 	}
+	m.cfg.Changed(rec.SessionID)
 	return nil
 }
 
