@@ -15,12 +15,17 @@
 //	v1/s/<sid>/stop              StopMessage          (docs/continuation.md)
 //	v1/s/<sid>/directives        AppliedDirectives    (docs/directives.md#applied-once)
 //	v1/s/<sid>/timer/<id>        Timer                (docs/timers.md)
-//	v1/s/<sid>/inbox/<seq>       reserved: per-session deliveries (docs/roadmap.md#scheduler-heartbeat-and-delivery)
+//	v1/s/<sid>/job/<id>          CronJob              (docs/cron.md)
+//	v1/s/<sid>/heartbeat         Heartbeat            (docs/scheduler.md#heartbeat)
+//	v1/s/<sid>/events            EventQueue           (docs/scheduler.md#system-events)
+//	v1/s/<sid>/runs              WakeRuns             (docs/scheduler.md#runs)
+//	v1/s/<sid>/template          WakeTemplate, no credentials (docs/scheduler.md#templates)
+//	v1/s/<sid>/dlv/<id>          Delivery             (docs/delivery.md)
+//	v1/s/<sid>/evt/<seq>         SessionEvent: the sse log (docs/delivery.md#sse)
+//	v1/dlvq/<seq>                the delivery queue's pending index, in enqueue order
+//	v1/dlvseq                    the delivery sequence counter
 //	v1/resv/<rid>                Reservation: request id → reserved task ids
 //	v1/ntp                       NTPState             (docs/time.md#ntp)
-//	v1/job/<id>                  reserved: scheduler jobs (docs/roadmap.md#scheduler-heartbeat-and-delivery)
-//	v1/delivery/<seq>            reserved: delivery queue (docs/roadmap.md#scheduler-heartbeat-and-delivery)
-//	v1/sysevent/<seq>            reserved: system event queue (docs/roadmap.md#scheduler-heartbeat-and-delivery)
 //
 // <rid> is a request id passed through the same sanitizer as session ids.
 // Values are JSON documents; times are Unix milliseconds.

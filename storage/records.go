@@ -6,7 +6,7 @@ type Session struct {
 	ID          string `json:"id"`
 	CreatedAt   int64  `json:"createdAt"`
 	LastSeenAt  int64  `json:"lastSeenAt"`
-	LastChannel string `json:"lastChannel,omitempty"` // docs/roadmap.md#scheduler-heartbeat-and-delivery: channel of the last interaction
+	LastChannel string `json:"lastChannel,omitempty"` // docs/delivery.md#routing: channel of the last interaction
 	Route       string `json:"route,omitempty"`       // docs/directives.md: pinned upstream route, "" = none
 }
 

@@ -22,7 +22,7 @@
 // Code that waits for an instant of host time converts it to a duration
 // once (Until) and waits on that. A long wait must re-arm and convert again,
 // so a changed offset is picked up: [WaitUntil] does that in steps of at
-// most [MaxStep] (the scheduler's "re-arm at least every 60 s", docs/roadmap.md#scheduler-heartbeat-and-delivery).
+// most [MaxStep] (the scheduler's "re-arm at least every 60 s", docs/scheduler.md).
 // Timers that wait on a duration (docs/timers.md#waiting) wait with NewTimer
 // and keep their remaining time as a duration; pause is Stop plus the
 // remaining time, resume is a new timer of that remaining time. Several
@@ -47,7 +47,7 @@ type Timer = clockwork.Timer
 // Ticker is a periodic wait (time.Ticker).
 type Ticker = clockwork.Ticker
 
-// MaxStep is the longest single wait of WaitUntil (docs/roadmap.md#scheduler-heartbeat-and-delivery: timers re-arm
+// MaxStep is the longest single wait of WaitUntil (docs/scheduler.md: timers re-arm
 // at least every 60 s).
 const MaxStep = 60 * time.Second
 
