@@ -56,6 +56,7 @@ func mcpToolSpecs() []llm.ToolSpec {
 func (s *Service) mcpTool(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		sid, zone := mcpSession(req)
+		s.noteMCPSession(sid, req.Session)
 		ctx = clock.WithLocation(ctx, s.location(zone))
 		args := req.Params.Arguments
 		if len(args) == 0 {

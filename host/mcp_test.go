@@ -333,3 +333,57 @@ func TestMCPCancelledWait(t *testing.T) {
 		t.Fatalf("read after cancel: %+v %v", read, err)
 	}
 }
+
+// TestMCPSessionGetsDueReminders: a session that only speaks MCP gets its
+// due reminder through the delivery queue (not the session connector, as
+// no proxied request will come) and as a log notification on its open
+// connection.
+func TestMCPSessionGetsDueReminders(t *testing.T) {
+	svc, srv := mcpHost(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = svc.sched.Run(ctx) }()
+	go func() { _ = svc.delivery.Run(ctx) }()
+
+	got := make(chan string, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "chime-test", Version: "0"}, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			s, _ := req.Params.Data.(string)
+			got <- s
+		},
+	})
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint:   srv.URL + PathMCP,
+		HTTPClient: &http.Client{Transport: headerTransport{token: testToken, session: "mcp-remind"}},
+		MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339)
+	var res map[string]any
+	args := `{"action":"schedule","taskId":"","items":[{"dueAt":"` + due + `","task":"stretch your legs","tool":"","arguments":"","repeat":"","maxRuns":0}]}`
+	if err := mcpCall(t.Context(), t, cs, hostapi.ClockToolName, args, &res); err != nil || res["ok"] != true {
+		t.Fatalf("schedule: %v %v", res, err)
+	}
+	select {
+	case text := <-got:
+		if !strings.Contains(text, "stretch your legs") {
+			t.Fatalf("notification %q", text)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no MCP notification for the due reminder")
+	}
+	ds, err := svc.delivery.List("mcp-remind", "")
+	if err != nil || len(ds) != 1 || ds[0].Connector == "session" || !strings.Contains(ds[0].Text, "stretch your legs") {
+		t.Fatalf("deliveries %+v, %v", ds, err)
+	}
+	tasks, _ := svc.store.ListTasks("mcp-remind")
+	if len(tasks) != 1 || tasks[0].DeliveredAt == 0 {
+		t.Fatalf("the reminder is not committed as delivered: %+v", tasks)
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/delivery"
 	"github.com/chimehq/chime/host/internal/resolve"
@@ -62,6 +64,7 @@ type wakeState struct {
 	hbOn      map[string]bool              // sessions whose effective heartbeat is on
 	budget    map[string][]time.Time       // session → recent non-manual run starts
 	seq       map[string]int64             // session → the last run number
+	mcp       map[string]*mcp.ServerSession // session → its latest MCP connection
 
 	pendingRuns map[string][]storage.WakeRun // run records waiting for the next flush
 	nPending    int
@@ -71,7 +74,7 @@ type wakeState struct {
 
 func newWakeState() wakeState {
 	return wakeState{creds: map[string]map[string]string{}, templated: map[string]bool{},
-		hbOn: map[string]bool{}, budget: map[string][]time.Time{}, seq: map[string]int64{},
+		hbOn: map[string]bool{}, budget: map[string][]time.Time{}, seq: map[string]int64{}, mcp: map[string]*mcp.ServerSession{},
 		pendingRuns: map[string][]storage.WakeRun{}, flushNow: make(chan struct{}, 1)}
 }
 
@@ -221,6 +224,8 @@ func (s *Service) runWake(ctx context.Context, sid string, reason scheduler.Reas
 	case err != nil:
 		s.log.Warn("reading a wake template failed", "session", sid, "err", err)
 		return scheduler.Outcome{Failed: true}
+	case !ok && s.mcpSession(sid) != nil:
+		return s.deliverDueToMCP(ctx, sid, reason, start)
 	case !ok:
 		s.metrics.WakeSkips.WithLabelValues("no_template").Inc()
 		if manual {
@@ -573,7 +578,7 @@ func (s *Service) noteTasksChanged(ctx context.Context, sid string) {
 		return
 	}
 	s.wake.mu.Lock()
-	ok := s.wake.templated[sid]
+	ok := s.wake.templated[sid] || s.wake.mcp[sid] != nil
 	s.wake.mu.Unlock()
 	if !ok {
 		return

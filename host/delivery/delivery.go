@@ -32,6 +32,10 @@ type Item struct {
 	Reason  string    // why it exists: "interval", "cron", "task", "timer", "manual", ...
 	Text    string    // what the user reads
 	At      time.Time // when produced (host clock)
+	// NotVia names a connector the item must not take: a session whose
+	// client only speaks MCP never sends a proxied request for the
+	// session connector to inject into.
+	NotVia string
 }
 
 // Connector names, also the values of Touch's channel.
@@ -281,6 +285,18 @@ func (q *Queue) Enqueue(ctx context.Context, it Item) error {
 		it.At = now
 	}
 	conn := q.Route(it.Session)
+	if conn == it.NotVia {
+		conn = ""
+		for _, c := range q.connectorsFor(it.Session) {
+			if c != it.NotVia {
+				conn = c
+				break
+			}
+		}
+		if conn == "" {
+			return fmt.Errorf("delivery: no connector for session %q besides %s", it.Session, it.NotVia)
+		}
+	}
 	d := storage.Delivery{
 		ID: DeliveryID(it.Session, it.RunID), SessionID: it.Session, RunID: it.RunID, Reason: it.Reason,
 		Text: it.Text, At: it.At.UnixMilli(), Connector: conn, Key: Key(it.RunID, conn),
