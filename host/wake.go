@@ -59,11 +59,11 @@ var credentialHeaders = map[string]bool{
 // wakeState is the memory side of templates and run budgets.
 type wakeState struct {
 	mu        sync.Mutex
-	creds     map[string]map[string]string // session → credential headers
-	templated map[string]bool              // sessions with a stored template
-	hbOn      map[string]bool              // sessions whose effective heartbeat is on
-	budget    map[string][]time.Time       // session → recent non-manual run starts
-	seq       map[string]int64             // session → the last run number
+	creds     map[string]map[string]string  // session → credential headers
+	templated map[string]bool               // sessions with a stored template
+	hbOn      map[string]bool               // sessions whose effective heartbeat is on
+	budget    map[string][]time.Time        // session → recent non-manual run starts
+	seq       map[string]int64              // session → the last run number
 	mcp       map[string]*mcp.ServerSession // session → its latest MCP connection
 
 	pendingRuns map[string][]storage.WakeRun // run records waiting for the next flush
