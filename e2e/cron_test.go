@@ -15,7 +15,7 @@ import (
 // job's text reaches the session's next wake; an isolated job runs in a
 // session of its own, from the session's template.
 func TestCronJobsWake(t *testing.T) {
-	d := newDemo(t).withHostConfig(t, shortHolds)
+	d := newDemo(t).withHostConfig(t, quickWakes+shortHolds)
 	d.up(t)
 
 	// addJob creates a job through the API and returns its id.

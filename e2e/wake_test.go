@@ -15,6 +15,10 @@ import (
 	"github.com/chimehq/chime/hostapi"
 )
 
+// quickWakes lets wakes run a second after the client's last request
+// (wake.afterIdle, default a minute).
+const quickWakes = "wake:\n  afterIdle: 1s\n"
+
 // wakeRequests are the wake requests (and their followups) the mock got
 // on the conversation's queue.
 func (c *conv) wakeRequests(t *testing.T) []mockRequest {
@@ -64,7 +68,7 @@ func doJSON(t *testing.T, method, url string, body any) (int, []byte) {
 // delivered to the session's next request, and a model that answers every
 // wake with a tool call is stopped by the loop guards.
 func TestWakeRuns(t *testing.T) {
-	d := newDemo(t).withHostConfig(t, "wake:\n  historyTurns: 2\n"+shortHolds)
+	d := newDemo(t).withHostConfig(t, "wake:\n  historyTurns: 2\n  afterIdle: 1s\n"+shortHolds)
 	d.up(t)
 
 	t.Run("heartbeat", func(t *testing.T) {
@@ -199,7 +203,7 @@ func TestWakeRuns(t *testing.T) {
 // wake after a restart is skipped with the reason and its events stay
 // queued, until wake.headers gives credentials.
 func TestWakeAfterRestart(t *testing.T) {
-	d := newDemo(t)
+	d := newDemo(t).withHostConfig(t, quickWakes)
 	d.proxyAndMock(t)
 	host := d.host(t)
 	c := &conv{d: d, pc: protoCases[2], m: modes[0], session: "wake-restart"}
@@ -228,7 +232,7 @@ func TestWakeAfterRestart(t *testing.T) {
 	assert.Len(t, gjson.GetBytes(out, "events").Array(), 1, "the events stay queued")
 
 	host.kill(syscall.SIGTERM)
-	d.withHostConfig(t, "wake:\n  headers:\n    x-api-key: ${CHIME_E2E_WAKE_KEY}\n")
+	d.withHostConfig(t, "wake:\n  afterIdle: 1s\n  headers:\n    x-api-key: ${CHIME_E2E_WAKE_KEY}\n")
 	t.Setenv("CHIME_E2E_WAKE_KEY", "sk-from-config")
 	d.host(t) // restart: the queued event wakes the session
 	c.script(t, map[string]any{"text": "The deploy is done."})
@@ -242,7 +246,7 @@ func TestWakeAfterRestart(t *testing.T) {
 // watch` open, a wake's reply is printed there; once the client sends a
 // request again, the next reply waits for the client's next request.
 func TestWakeReplyFollowsTheUser(t *testing.T) {
-	d := newDemo(t)
+	d := newDemo(t).withHostConfig(t, quickWakes)
 	d.up(t)
 	c := &conv{d: d, pc: protoCases[0], m: modes[0], session: "wake-watch"}
 	c.script(t, map[string]any{"text": "hello"}, map[string]any{"text": "The nightly build is green."})

@@ -148,6 +148,7 @@ func DefaultConfig() Config {
 		Wake: WakeConfig{
 			MaxConcurrentRuns: scheduler.DefaultMaxConcurrent,
 			HistoryTurns:      DefaultHistoryTurns,
+			AfterIdle:         DefaultAfterIdle,
 			MaxRunsPerHour:    DefaultMaxRunsPerHour,
 			Headers:           map[string]string{},
 			RouteHeaders:      map[string]map[string]string{},

@@ -14,6 +14,7 @@ import (
 const (
 	DefaultHistoryTurns   = 6
 	DefaultMaxRunsPerHour = 60
+	DefaultAfterIdle      = 60 * time.Second
 )
 
 // WakeConfig is the wake section (docs/scheduler.md#runs).
@@ -24,6 +25,11 @@ type WakeConfig struct {
 	MaxConcurrentRuns int
 	// HistoryTurns is how many user turns of the template a run sends.
 	HistoryTurns int
+	// AfterIdle defers a session's wakes (all but manual and hook) until
+	// its client has sent no request for this long: while the client is
+	// around, what comes due reaches its next request (default 60 s; 0
+	// wakes at once).
+	AfterIdle time.Duration
 	// MaxRunsPerHour bounds a session's runs that are not manual, so a
 	// model that keeps scheduling itself cannot run up a bill.
 	MaxRunsPerHour int
@@ -70,6 +76,7 @@ type wakeSection struct {
 	Enabled           bool                        `yaml:"enabled"`
 	MaxConcurrentRuns int                         `yaml:"maxConcurrentRuns"`
 	HistoryTurns      int                         `yaml:"historyTurns"`
+	AfterIdle         time.Duration               `yaml:"afterIdle"`
 	MaxRunsPerHour    int                         `yaml:"maxRunsPerHour"`
 	Headers           map[string]string           `yaml:"headers"`
 	Routes            map[string]wakeRouteSection `yaml:"routes"`
@@ -81,7 +88,7 @@ type wakeRouteSection struct {
 
 func (s *wakeSection) from(cfg Config) {
 	w := cfg.Wake
-	*s = wakeSection{Enabled: !w.Disabled, MaxConcurrentRuns: w.MaxConcurrentRuns, HistoryTurns: w.HistoryTurns,
+	*s = wakeSection{Enabled: !w.Disabled, MaxConcurrentRuns: w.MaxConcurrentRuns, HistoryTurns: w.HistoryTurns, AfterIdle: w.AfterIdle,
 		MaxRunsPerHour: w.MaxRunsPerHour, Headers: map[string]string{}, Routes: map[string]wakeRouteSection{}}
 	for k, v := range w.Headers {
 		s.Headers[k] = v
@@ -97,6 +104,9 @@ func (s *wakeSection) check(c *checker) {
 	}
 	if s.HistoryTurns < 1 || s.HistoryTurns > 1000 {
 		c.bad("wake.historyTurns", fmt.Sprintf("%d: must be from 1 to 1000", s.HistoryTurns))
+	}
+	if s.AfterIdle < 0 {
+		c.bad("wake.afterIdle", fmt.Sprintf("%s: must not be negative", s.AfterIdle))
 	}
 	if s.MaxRunsPerHour < 1 {
 		c.bad("wake.maxRunsPerHour", fmt.Sprintf("%d: must be at least 1", s.MaxRunsPerHour))
@@ -116,7 +126,7 @@ func checkHeaders(c *checker, path string, h map[string]string) {
 }
 
 func (s *wakeSection) apply(cfg *Config) {
-	cfg.Wake = WakeConfig{Disabled: !s.Enabled, MaxConcurrentRuns: s.MaxConcurrentRuns, HistoryTurns: s.HistoryTurns,
+	cfg.Wake = WakeConfig{Disabled: !s.Enabled, MaxConcurrentRuns: s.MaxConcurrentRuns, HistoryTurns: s.HistoryTurns, AfterIdle: s.AfterIdle,
 		MaxRunsPerHour: s.MaxRunsPerHour, Headers: map[string]string{}, RouteHeaders: map[string]map[string]string{}}
 	for k, v := range s.Headers {
 		cfg.Wake.Headers[k] = v

@@ -219,6 +219,11 @@ func (s *Service) runWake(ctx context.Context, sid string, reason scheduler.Reas
 	if !manual && s.resolver.Busy(sid) {
 		return scheduler.Outcome{Defer: busyRetry} // its client is being answered right now
 	}
+	if wait := s.untilIdle(sid, start); !manual && wait > 0 {
+		// The client is around: what is due reaches its next request;
+		// the wake is for when it has gone quiet.
+		return scheduler.Outcome{Defer: wait}
+	}
 	tpl, ok, err := s.template(sid)
 	switch {
 	case err != nil:
@@ -326,6 +331,22 @@ func (s *Service) runWake(ctx context.Context, sid string, reason scheduler.Reas
 		"events", len(events), "reminders", len(reminders), "ms", rec.DurationMs)
 	s.noteTasksChanged(ctx, sid)
 	return scheduler.Outcome{}
+}
+
+// untilIdle is how long until the session's client has been quiet for
+// wake.afterIdle, 0 when it has.
+func (s *Service) untilIdle(sid string, now time.Time) time.Duration {
+	idle := s.cfg.Wake.AfterIdle
+	if idle <= 0 {
+		return 0
+	}
+	last, ok := s.touches.Get(sid)
+	if !ok {
+		if sess, found, err := s.store.GetSession(sid); err == nil && found {
+			last = sess.LastSeenAt
+		}
+	}
+	return max(time.UnixMilli(last).Add(idle).Sub(now), 0)
 }
 
 // template reads the session's stored template.

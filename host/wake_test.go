@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -195,5 +196,25 @@ func TestRunRecordsBatchedButKept(t *testing.T) {
 	got, err := g.svc.runsOf("s")
 	if err != nil || len(got) != maxRunsKept || got[len(got)-1].StartedAt != maxRunsKept+4 {
 		t.Fatalf("after a restart: %d runs, %v", len(got), err)
+	}
+}
+
+func TestWakeWaitsForTheClientToGoQuiet(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Wake.AfterIdle = time.Minute })
+	req := templateRequest("s", &llm.Turn{Text: "hi"})
+	if err := f.svc.keepTemplate(&req, req.Request, req.Turn); err != nil {
+		t.Fatal(err)
+	}
+	f.prepare(t, hostapi.PrepareRequest{RequestID: "r1", Protocol: "chat", SessionID: "s"})
+	f.clk.Advance(10 * time.Second)
+	if out := f.svc.runWake(t.Context(), "s", scheduler.ReasonTask, 0); out.Defer != 50*time.Second {
+		t.Fatalf("a wake 10 s after the client's request: %+v, want a 50 s defer", out)
+	}
+	if out := f.svc.runWake(t.Context(), "s", scheduler.ReasonManual, 0); out.Defer != 0 {
+		t.Fatalf("a manual wake waits: %+v", out)
+	}
+	f.clk.Advance(time.Minute)
+	if out := f.svc.runWake(t.Context(), "s", scheduler.ReasonTask, 0); out.Defer != 0 || out.Failed {
+		t.Fatalf("after a quiet minute: %+v", out)
 	}
 }
