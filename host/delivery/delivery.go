@@ -196,11 +196,15 @@ type Queue struct {
 	connectors map[string]connector
 	hub        hub
 
-	enqMu   sync.Mutex // serializes enqueues (the sequence counter)
-	mu      sync.Mutex
-	pending map[string]*entry // by delivery id
-	last    map[string]string // session → last channel (memory of storage.Session.LastChannel)
-	wake    chan struct{}
+	// Enqueues are group-committed (persist): one writer at a time takes
+	// the sequence numbers, for every entry waiting, in one transaction.
+	batchMu  sync.Mutex
+	batch    []*enqueueReq
+	flushing bool
+	mu       sync.Mutex
+	pending  map[string]*entry // by delivery id
+	last     map[string]string // session → last channel (memory of storage.Session.LastChannel)
+	wake     chan struct{}
 	// kicks counts signals; handled is the count the dispatcher's last
 	// look saw, and parked says it then armed its wait (tests: settled).
 	kicks, handled uint64
@@ -302,20 +306,7 @@ func (q *Queue) Enqueue(ctx context.Context, it Item) error {
 		Text: it.Text, At: it.At.UnixMilli(), Connector: conn, Key: Key(it.RunID, conn),
 		State: StateQueued, NextAt: now.UnixMilli(), EnqueuedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(),
 	}
-	q.enqMu.Lock()
-	defer q.enqMu.Unlock()
-	var dup bool
-	err := q.store.Update(func(tx *storage.Tx) error {
-		_, ok, err := tx.Delivery(d.SessionID, d.ID)
-		if err != nil || ok {
-			dup = ok
-			return err
-		}
-		if d.Seq, err = tx.NextDeliverySeq(); err != nil {
-			return err
-		}
-		return tx.PutDelivery(d)
-	})
+	dup, err := q.persist(&d)
 	if err != nil {
 		return fmt.Errorf("delivery: persisting: %w", err)
 	}
@@ -329,6 +320,73 @@ func (q *Queue) Enqueue(ctx context.Context, it Item) error {
 	q.mu.Unlock()
 	q.kick()
 	return nil
+}
+
+// enqueueReq is one entry waiting for its group commit.
+type enqueueReq struct {
+	d    *storage.Delivery
+	dup  bool
+	err  error
+	done chan struct{}
+}
+
+// maxEnqueueBatch bounds one group commit, well below Badger's limits.
+const maxEnqueueBatch = 256
+
+// persist writes d with the next sequence number, unless an entry of its
+// id exists (dup). Concurrent callers share one transaction and one
+// fsync: the first becomes the writer and commits what has gathered
+// meanwhile, in arrival order, so sequence numbers stay in enqueue order
+// and a write that returned nil is on disk.
+func (q *Queue) persist(d *storage.Delivery) (dup bool, err error) {
+	r := &enqueueReq{d: d, done: make(chan struct{})}
+	q.batchMu.Lock()
+	q.batch = append(q.batch, r)
+	if q.flushing {
+		q.batchMu.Unlock()
+		<-r.done
+		return r.dup, r.err
+	}
+	q.flushing = true
+	for len(q.batch) > 0 {
+		n := min(len(q.batch), maxEnqueueBatch)
+		batch := q.batch[:n:n]
+		q.batch = q.batch[n:]
+		q.batchMu.Unlock()
+		q.commitBatch(batch)
+		q.batchMu.Lock()
+	}
+	q.flushing = false
+	q.batchMu.Unlock()
+	<-r.done
+	return r.dup, r.err
+}
+
+func (q *Queue) commitBatch(batch []*enqueueReq) {
+	err := q.store.Update(func(tx *storage.Tx) error {
+		for _, r := range batch {
+			r.dup = false
+			_, ok, err := tx.Delivery(r.d.SessionID, r.d.ID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				r.dup = true
+				continue
+			}
+			if r.d.Seq, err = tx.NextDeliverySeq(); err != nil {
+				return err
+			}
+			if err := tx.PutDelivery(*r.d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, r := range batch {
+		r.err = err
+		close(r.done)
+	}
 }
 
 // kick wakes the dispatcher: something changed.
