@@ -162,6 +162,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		NodeCluster: cfg.NodeCluster,
 		// Ticks and callouts begin once the listeners are bound.
 		HoldUntilStarted: true,
+		// Filters with one vm_id, code and VM configuration share VMs.
+		VMScope: &httpfilter.VMScope{},
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {

@@ -636,7 +636,7 @@ func TestTrapFailOpen(t *testing.T) {
 func TestTrapInBackgroundCallback(t *testing.T) {
 	h := newHarness(t, "trap tick panic tick 5")
 	h.logs.wait(t, "tick 1 1")
-	waitFor(t, "VM failure", func() bool { return h.f.slots[0].vm.failed.Load() })
+	waitFor(t, "VM failure", func() bool { return h.f.g.slots[0].vm.failed.Load() })
 	s, fs := h.stream(0)
 	if st := s.DecodeHeaders(&fs.req, true); st != httpfilter.HeadersContinue {
 		t.Errorf("stream after background trap = %v", st)
@@ -728,8 +728,8 @@ func TestLatestProfileHasExtraWASI(t *testing.T) {
 			h := newHarness(t, "", withCode("wasiextra"), withProfile(p))
 			h.logs.expect(t, "filestat 8") // EBADF
 			h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
-			if h.f.profile != ProfileEnvoy139 {
-				t.Errorf("profile %q, want the alias resolved to %q", h.f.profile, ProfileEnvoy139)
+			if h.f.g.profile != ProfileEnvoy139 {
+				t.Errorf("profile %q, want the alias resolved to %q", h.f.g.profile, ProfileEnvoy139)
 			}
 		})
 	}

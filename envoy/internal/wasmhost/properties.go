@@ -93,9 +93,9 @@ func found(v []byte, ok bool) ([]byte, abi.Status) {
 
 // pluginProperties answer on any context, stream or not.
 var pluginProperties = map[string]propFunc{
-	"plugin_name":    leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.PluginName), abi.StatusOK }),
-	"plugin_root_id": leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.RootID), abi.StatusOK }),
-	"plugin_vm_id":   leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.VMID), abi.StatusOK }),
+	"plugin_name":    leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.pluginCfg().PluginName), abi.StatusOK }),
+	"plugin_root_id": leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.pluginCfg().RootID), abi.StatusOK }),
+	"plugin_vm_id":   leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.g.cfg.VMID), abi.StatusOK }),
 	"xds": func(q propQuery) ([]byte, abi.Status) {
 		if len(q.rest) == 0 {
 			return nil, abi.StatusSerializationFailure
@@ -312,7 +312,7 @@ var responseProperties = map[string]propFunc{
 // xdsProperty serves xds.node (a serialized config.core.v3.Node with id and
 // cluster), xds.node.{id,cluster}, and the per-stream xds fields.
 func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, abi.Status) {
-	env := vm.f.env
+	env := vm.g.env
 	if field == "node" {
 		switch {
 		case len(rest) == 0:
@@ -365,9 +365,9 @@ func marshalNode(id, cluster string) []byte {
 
 // --- a stat store for factories built without one ----------------------
 
-func (f *Factory) stats() httpfilter.Stats {
-	if f.env.Stats != nil {
-		return f.env.Stats
+func (g *vmGroup) stats() httpfilter.Stats {
+	if g.env.Stats != nil {
+		return g.env.Stats
 	}
 	return localStats
 }
