@@ -425,10 +425,13 @@ func TestProperties(t *testing.T) {
 		"route_name":            "0 " + hexs("r1"),
 		"xds.route_metadata":    "0 " + hexs("\x0a\x02md"),
 		"route_metadata":        "0 " + hexs("\x0a\x02md"),
-		"cluster_name":          "0 " + hexs("llm"),
-		"listener_direction":    "0 " + le64(0),
-		"no.such":               "1 ",
-		"my_key":                "0 " + hexs("my-value"),
+		// No dynamic metadata is ever set: the empty Metadata message.
+		"metadata":                 "0 ",
+		"metadata.filter_metadata": "1 ",
+		"cluster_name":             "0 " + hexs("llm"),
+		"listener_direction":       "0 " + le64(0),
+		"no.such":                  "1 ",
+		"my_key":                   "0 " + hexs("my-value"),
 		// Table boundaries: a bare map is SERIALIZATION_FAILURE, an unknown
 		// or over-long path NOT_FOUND.
 		"request":          "3 ",

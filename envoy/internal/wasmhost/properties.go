@@ -49,6 +49,15 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, abi.Status) {
 		return nil, abi.StatusSerializationFailure // a map wrapper, not a value
 	case len(rest) == 0 && top == "connection_id":
 		return propUint(info.ConnectionID), abi.StatusOK
+	case top == "metadata":
+		// The stream's dynamic metadata, a serialized core.v3.Metadata.
+		// Nothing here sets dynamic metadata (Envoy's wasm ABI has no call
+		// for it), so it is always the empty message, and any field below
+		// it is absent.
+		if len(rest) == 0 {
+			return []byte{}, abi.StatusOK
+		}
+		return nil, abi.StatusNotFound
 	case isMap:
 		fn, ok := fields[rest[0]]
 		if !ok {
