@@ -7,7 +7,8 @@
 // reply whose body reports, as "key=value" lines, the VM's number, the
 // stream's parent root id and its plugin, every root context of this VM
 // with its plugin, how many times proxy_on_vm_start and proxy_on_configure
-// ran in this VM, and what the shared data key of each plugin holds.
+// ran in this VM, and what the shared data key of each plugin holds. A
+// request with x-trap traps the VM; a root context logs its proxy_on_done.
 package main
 
 import (
@@ -103,6 +104,9 @@ func onConfigure(root, size uint32) uint32 {
 //go:wasmexport proxy_on_request_headers
 func onRequestHeaders(id, n, eos uint32) uint32 {
 	g.Reset()
+	if _, st := g.Header(abi.MapHttpRequestHeaders, "x-trap"); st == 0 {
+		panic("trap requested")
+	}
 	root := parentOf[id]
 	var b strings.Builder
 	fmt.Fprintf(&b, "vm=%s\n", vmSeq)
@@ -134,9 +138,17 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 }
 
 //go:wasmexport proxy_on_done
-func onDone(id uint32) uint32 { return 1 }
+func onDone(id uint32) uint32 {
+	g.Reset()
+	if p, ok := rootPlugin[id]; ok {
+		g.Log(fmt.Sprintf("root %d (%s) done", id, p))
+	}
+	return 1
+}
 
 //go:wasmexport proxy_on_delete
 func onDelete(id uint32) {
+	g.Reset()
 	delete(parentOf, id)
+	delete(rootPlugin, id)
 }
