@@ -1,6 +1,7 @@
 package envoy_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,42 @@ func TestVMSharing(t *testing.T) {
 	}
 	if c0["roots"] != "1:c" || c0["root"] != "1" || c0["shared_c"] != "1" || c0["shared_a"] != "" || c0["vm_starts"] != "1" {
 		t.Errorf("filter with its own vm_id: %v; want its own VM with root 1:c and its own shared data", c0)
+	}
+}
+
+// A bootstrap_extensions WasmService singleton runs in a VM of its own
+// (another vm_id here) and feeds the HTTP filters through a shared queue
+// they register: it resolves the queue by the filters' vm_id on its ticks
+// and enqueues; the filters' root context gets proxy_on_queue_ready and
+// dequeues every item, in order.
+func TestWasmServiceSingletonFeedsFilters(t *testing.T) {
+	code := guest(t, "vmshare")
+	p := startProxy(t, runtimeSpec{
+		listeners: []listenerSpec{
+			{name: "la", filters: []filterSpec{{name: "plugin-a", mode: "a", vmID: "fed", guest: "vmshare", rootID: "ra"}}},
+		},
+		clusters: map[string]string{"app": closedAddr(t)},
+		bootstrap: fmt.Sprintf(`bootstrap_extensions:
+- name: envoy.bootstrap.wasm
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.wasm.v3.WasmService
+    singleton: true
+    config:
+      name: feeder
+      root_id: feeder
+      vm_config: { vm_id: svc, runtime: envoy.wasm.runtime.v8, code: { local: { filename: %q } } }
+      configuration: { "@type": type.googleapis.com/google.protobuf.StringValue, value: "service fed" }
+`, code),
+	})
+	for i := 1; i <= 3; i++ {
+		p.logs.waitMatch(t, "plugin-a", fmt.Sprintf(`fed tick-%d-from-root-1 on root 1`, i))
+	}
+	// The service has its own VM: it is no root context of the filters' VM.
+	r := parseReport(t, newConn(t).get(t, p.url("la", "/")))
+	if r["roots"] != "1:a" {
+		t.Errorf("filters' VM root contexts %q, want 1:a only", r["roots"])
+	}
+	if got := p.logs.find("feeder", "configured root 1 as service fed"); len(got) != 1 {
+		t.Errorf("service configured %d times, want once (singleton): %q", len(got), p.logs.dump("feeder"))
 	}
 }

@@ -9,6 +9,9 @@
 // with its plugin, how many times proxy_on_vm_start and proxy_on_configure
 // ran in this VM, and what the shared data key of each plugin holds. A
 // request with x-trap traps the VM; a root context logs its proxy_on_done.
+// A plugin configured "service <vm_id>" (a WasmService) enqueues three
+// ticks into the "feed" queue of that vm_id, which every other plugin
+// registers and drains, logging what it got.
 package main
 
 import (
@@ -29,6 +32,8 @@ var (
 	vmStarts    int
 	configures  int
 	otherPlugin = []string{"a", "b", "c"}
+	feedVM      string // a service's target vm_id ("service <vm_id>")
+	ticks       int
 )
 
 func main() {}
@@ -98,6 +103,18 @@ func onConfigure(root, size uint32) uint32 {
 	rootPlugin[root] = string(cfg)
 	setShared("plugin-"+string(cfg), fmt.Sprint(root), 0)
 	g.Log(fmt.Sprintf("configured root %d as %s", root, cfg))
+	if vm, ok := strings.CutPrefix(string(cfg), "service "); ok {
+		feedVM = vm
+		g.ProxySetTickPeriod(5)
+		return 1
+	}
+	var tok uint32
+	name := g.S("feed")
+	st := g.ProxyRegisterSharedQueue(name.A(), name.N(), g.Ptr(&tok))
+	runtime.KeepAlive(name.B)
+	if st != 0 {
+		g.Log(fmt.Sprintf("register_shared_queue: %d", st))
+	}
 	return 1
 }
 
@@ -135,6 +152,43 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		g.Log(fmt.Sprintf("send_local_response: %d", st))
 	}
 	return 1
+}
+
+// onTick feeds the "feed" queue of feedVM once it exists.
+//
+//go:wasmexport proxy_on_tick
+func onTick(root uint32) {
+	g.Reset()
+	vm, name := g.S(feedVM), g.S("feed")
+	var tok uint32
+	st := g.ProxyResolveSharedQueue(vm.A(), vm.N(), name.A(), name.N(), g.Ptr(&tok))
+	runtime.KeepAlive(vm.B)
+	runtime.KeepAlive(name.B)
+	if st != 0 {
+		return // no filter registered it yet
+	}
+	ticks++
+	item := g.S(fmt.Sprintf("tick-%d-from-root-%d", ticks, root))
+	g.ProxyEnqueueSharedQueue(tok, item.A(), item.N())
+	runtime.KeepAlive(item.B)
+	if ticks == 3 {
+		g.ProxySetTickPeriod(0)
+	}
+}
+
+// onQueueReady drains the queue, logging each item as "fed <item> on root
+// <id>".
+//
+//go:wasmexport proxy_on_queue_ready
+func onQueueReady(root, tok uint32) {
+	g.Reset()
+	for {
+		v, st := g.Out1(func(d, s uint32) uint32 { return g.ProxyDequeueSharedQueue(tok, d, s) })
+		if st != 0 {
+			return
+		}
+		g.Log(fmt.Sprintf("fed %s on root %d", v, root))
+	}
 }
 
 //go:wasmexport proxy_on_done
