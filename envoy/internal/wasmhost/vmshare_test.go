@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
@@ -99,5 +100,35 @@ func TestSharedVMPluginCloseAndReload(t *testing.T) {
 	}
 	if rb := report(t, b); rb["root"] != "1" || rb["vm"] != r["vm"] {
 		t.Errorf("plugin b after the reload: %v; want root 1 in VM %s", rb, r["vm"])
+	}
+}
+
+// Ticks belong to root contexts: two plugins sharing a VM each set a tick
+// period in proxy_on_configure and each gets proxy_on_tick with its own
+// root context id (the guest tags what it enqueues with the id it got).
+func TestSharedVMTicksPerRootContext(t *testing.T) {
+	vmID := "vm-" + t.Name()
+	scope := &httpfilter.VMScope{}
+	logs := &logSink{min: -8}
+	sharedPlugin(t, scope, vmID, "a", logs) // root 1: registers and drains the queue
+	s1 := sharedPlugin(t, scope, vmID, "service "+vmID, logs)
+	s2 := sharedPlugin(t, scope, vmID, "service "+vmID+" second", logs) // another configuration, another root
+	if s1.g != s2.g {
+		t.Fatal("the services did not share the VM")
+	}
+	roots := map[string]bool{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(roots) < 2 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond) // poll: ticks run on the VM's own timers
+		for _, l := range logs.lines() {
+			if rest, ok := strings.CutPrefix(l, "fed tick-"); ok {
+				_, from, _ := strings.Cut(rest, "-from-root-")
+				id, _, _ := strings.Cut(from, " ")
+				roots[id] = true
+			}
+		}
+	}
+	if !roots["2"] || !roots["3"] || len(roots) != 2 {
+		t.Errorf("proxy_on_tick reached root contexts %v, want 2 and 3 (the services'); log:\n%s", roots, strings.Join(logs.lines(), "\n"))
 	}
 }

@@ -9,7 +9,7 @@
 // with its plugin, how many times proxy_on_vm_start and proxy_on_configure
 // ran in this VM, and what the shared data key of each plugin holds. A
 // request with x-trap traps the VM; a root context logs its proxy_on_done.
-// A plugin configured "service <vm_id>" (a WasmService) enqueues three
+// A plugin configured "service <vm_id> [tag]" (a WasmService) enqueues three
 // ticks into the "feed" queue of that vm_id, which every other plugin
 // registers and drains, logging what it got.
 package main
@@ -103,8 +103,8 @@ func onConfigure(root, size uint32) uint32 {
 	rootPlugin[root] = string(cfg)
 	setShared("plugin-"+string(cfg), fmt.Sprint(root), 0)
 	g.Log(fmt.Sprintf("configured root %d as %s", root, cfg))
-	if vm, ok := strings.CutPrefix(string(cfg), "service "); ok {
-		feedVM = vm
+	if f := strings.Fields(string(cfg)); len(f) >= 2 && f[0] == "service" {
+		feedVM = f[1]
 		g.ProxySetTickPeriod(5)
 		return 1
 	}
