@@ -24,9 +24,15 @@ const firstContextID = 1
 // rootContext is one plugin's root context in one VM. Its id comes from
 // the VM's context id sequence, as in cpp-host's allocContextId: the
 // first plugin gets 1, a plugin added later the next free id.
+//
+// Filters with the same root_id and plugin configuration in one VM are one
+// plugin to Envoy (cpp-host's plugin key: root_id, plugin configuration and
+// vm key; the worker's plugin cache returns the first one's handle), so
+// they share a root context: refs counts them.
 type rootContext struct {
 	id       uint32
-	f        *Factory
+	f        *Factory // the first filter with this plugin key still open
+	refs     int
 	created  bool // proxy_on_context_create was called
 	tickStop chan struct{}
 }
@@ -186,13 +192,20 @@ func (vm *vmInstance) startPlugin(ctx context.Context, f *Factory) error {
 	if vm.failed.Load() || vm.closed {
 		return fmt.Errorf("wasm: VM failed: %w", vm.failErr)
 	}
-	r := vm.rootOf[f]
-	if r == nil {
-		r = &rootContext{id: vm.nextContextID, f: f}
-		vm.nextContextID++
-		vm.roots[r.id] = r
-		vm.rootOf[f] = r
+	if r := vm.rootOf[f]; r != nil {
+		return nil // already started in this VM
 	}
+	for _, r := range vm.roots {
+		if samePluginKey(r.f, f) {
+			r.refs++
+			vm.rootOf[f] = r
+			return nil
+		}
+	}
+	r := &rootContext{id: vm.nextContextID, f: f, refs: 1}
+	vm.nextContextID++
+	vm.roots[r.id] = r
+	vm.rootOf[f] = r
 	if vm.fnContextCreate != nil {
 		vm.pluginConfigVisible = true
 		_, ok := vm.call(ctx, r.id, vm.fnContextCreate, uint64(r.id), 0)
@@ -234,6 +247,19 @@ func (vm *vmInstance) stopPlugin(f *Factory) {
 		vm.mu.Unlock()
 		return
 	}
+	delete(vm.rootOf, f)
+	if r.refs--; r.refs > 0 {
+		if r.f == f { // another filter with this plugin key takes over
+			for other, or := range vm.rootOf {
+				if or == r {
+					r.f = other
+					break
+				}
+			}
+		}
+		vm.mu.Unlock()
+		return
+	}
 	vm.stopTick(r)
 	if !vm.failed.Load() && !vm.closed && r.created {
 		ctx := context.Background()
@@ -245,9 +271,14 @@ func (vm *vmInstance) stopPlugin(f *Factory) {
 		}
 		vm.after = nil
 	}
-	delete(vm.rootOf, f)
 	delete(vm.roots, r.id)
 	vm.mu.Unlock()
+}
+
+// samePluginKey is cpp-host's plugin key comparison within one VM (whose
+// vm key is already the same): root_id and plugin configuration.
+func samePluginKey(a, b *Factory) bool {
+	return a.cfg.RootID == b.cfg.RootID && string(a.cfg.PluginConfiguration) == string(b.cfg.PluginConfiguration)
 }
 
 // rootFor is the root context of the plugin the call at context id acts

@@ -132,3 +132,38 @@ func TestSharedVMTicksPerRootContext(t *testing.T) {
 		t.Errorf("proxy_on_tick reached root contexts %v, want 2 and 3 (the services'); log:\n%s", roots, strings.Join(logs.lines(), "\n"))
 	}
 }
+
+// Two filters with the same root_id and plugin configuration in one VM
+// are one plugin to Envoy (cpp-host's plugin key), whatever their names:
+// one root context, configured once; it ends when the last one closes.
+func TestSharedVMSamePluginKeyOneRootContext(t *testing.T) {
+	vmID := "vm-" + t.Name()
+	scope := &httpfilter.VMScope{}
+	logs := &logSink{min: -8}
+	mk := func(name string) *Factory {
+		cfg, env, _, _, _, _ := testConfig(t, "a", func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
+			c.CodePath, c.VMID, c.PluginName, c.RootID = guests["vmshare"], vmID, name, "same-root"
+			e.VMScope, e.Workers, e.Logger = scope, 1, slog.New(sinkHandler{logs})
+		})
+		f, err := newFactory(cfg, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	first, second := mk("first"), mk("second")
+	r := report(t, second)
+	if r["roots"] != "1:a" || r["root"] != "1" || r["configures"] != "1" || r["vm_starts"] != "1" {
+		t.Errorf("same plugin key: %v; want one root context 1, configured once", r)
+	}
+	first.Close()
+	if _, ok := logs.find("root 1 (a) done"); ok {
+		t.Error("closing one of two filters with one plugin key ended the shared root context")
+	}
+	if r := report(t, second); r["root"] != "1" {
+		t.Errorf("after closing the first filter: %v", r)
+	}
+	second.Close()
+	logs.wait(t, "root 1 (a) done")
+}
