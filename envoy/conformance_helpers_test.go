@@ -2,6 +2,7 @@ package envoy_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,7 +50,7 @@ func guest(t *testing.T, name string) string {
 			return
 		}
 		guestBuild.wasm = map[string]string{}
-		for _, g := range []string{"conformance"} {
+		for _, g := range []string{"conformance", "vmshare"} {
 			out := filepath.Join(guestBuild.dir, g+".wasm")
 			cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./internal/wasmhost/testdata/"+g)
 			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
@@ -177,6 +178,9 @@ type filterSpec struct {
 	failOpen   bool
 	// allowStopIteration sets allow_on_headers_stop_iteration.
 	allowStopIteration bool
+	// vmID is vm_config.vm_id (default: name); guest is the test guest
+	// (default "conformance"); rootID is root_id (default "conformance").
+	vmID, guest, rootID string
 }
 
 type listenerSpec struct {
@@ -211,7 +215,6 @@ func (p *runningProxy) adminURL(path string) string { return "http://" + p.srv.A
 // and a JSON logger into a buffer.
 func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
 	t.Helper()
-	code := guest(t, "conformance")
 	var y strings.Builder
 	y.WriteString("admin: { address: { socket_address: { address: 127.0.0.1, port_value: 0 } } }\n")
 	y.WriteString("static_resources:\n  listeners:\n")
@@ -237,17 +240,18 @@ func startProxy(t *testing.T, spec runtimeSpec) *runningProxy {
           http_filters:
 `, l.name, routes)
 		for _, f := range l.filters {
+			code := guest(t, cmp.Or(f.guest, "conformance"))
 			fmt.Fprintf(&y, `          - name: envoy.filters.http.wasm
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
               config:
                 name: %s
-                root_id: conformance
+                root_id: %s
                 fail_open: %t
                 allow_on_headers_stop_iteration: %t
                 vm_config: { vm_id: %s, runtime: envoy.wasm.runtime.v8, code: { local: { filename: %q } } }
                 configuration: { "@type": type.googleapis.com/google.protobuf.StringValue, value: %q }
-`, f.name, f.failOpen, f.allowStopIteration, f.name, code, f.mode)
+`, f.name, cmp.Or(f.rootID, "conformance"), f.failOpen, f.allowStopIteration, cmp.Or(f.vmID, f.name), code, f.mode)
 		}
 		y.WriteString(`          - name: envoy.filters.http.router
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }

@@ -162,6 +162,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		NodeCluster: cfg.NodeCluster,
 		// Ticks and callouts begin once the listeners are bound.
 		HoldUntilStarted: true,
+		// Filters with one vm_id, code and VM configuration share VMs.
+		VMScope: &httpfilter.VMScope{},
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {
@@ -178,6 +180,25 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			s.factories = append(s.factories, f)
 			filters[l.Name] = append(filters[l.Name], f)
 		}
+	}
+	// bootstrap_extensions WasmService: a singleton gets one VM of its own
+	// (Envoy runs it on the main thread); otherwise it is one more plugin
+	// in each worker's VM, shared like a filter's.
+	for i, svc := range cfg.Services {
+		if err := ctx.Err(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		senv := env
+		if svc.Singleton {
+			senv.Workers, senv.VMScope = 1, nil
+		}
+		f, err := newWasmFactory(svc.Wasm, senv)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("envoy: bootstrap_extensions[%d] (%s): wasm service (root_id %q): %w", i, svc.Name, svc.Wasm.RootID, err)
+		}
+		s.factories = append(s.factories, f)
 	}
 	s.proxy, err = proxy.Listen(proxy.Options{Config: cfg, Clusters: s.clusters, Filters: filters, Workers: opt.Workers, Stats: st, Logger: opt.Logger})
 	if err != nil {
@@ -204,20 +225,29 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 // checkWasmFiles fails early, with the path, on wasm code that is missing
 // (Envoy refuses such a config at load too).
 func checkWasmFiles(cfg *config.Config) error {
+	var all []httpfilter.WasmConfig
 	for _, l := range cfg.Listeners {
-		for _, wc := range l.HTTPFilters {
-			if wc.CodePath == "" {
-				continue
+		all = append(all, l.HTTPFilters...)
+	}
+	for _, svc := range cfg.Services {
+		all = append(all, svc.Wasm)
+	}
+	for _, wc := range all {
+		if wc.CodePath == "" {
+			continue
+		}
+		if _, err := os.Stat(wc.CodePath); err != nil {
+			hint := ""
+			if !filepath.IsAbs(wc.CodePath) {
+				wd, _ := os.Getwd()
+				hint = fmt.Sprintf(" (relative to the working directory %s, as in Envoy)", wd)
 			}
-			if _, err := os.Stat(wc.CodePath); err != nil {
-				hint := ""
-				if !filepath.IsAbs(wc.CodePath) {
-					wd, _ := os.Getwd()
-					hint = fmt.Sprintf(" (relative to the working directory %s, as in Envoy)", wd)
-				}
-				return fmt.Errorf("envoy: %s: listener %s: wasm filter %s: cannot read wasm code %q%s: %w",
-					cfg.Path, l.Name, wc.FilterName, wc.CodePath, hint, err)
+			where := "wasm filter " + wc.FilterName
+			if wc.ListenerName != "" {
+				where = "listener " + wc.ListenerName + ": " + where
 			}
+			return fmt.Errorf("envoy: %s: %s: cannot read wasm code %q%s: %w",
+				cfg.Path, where, wc.CodePath, hint, err)
 		}
 	}
 	return nil

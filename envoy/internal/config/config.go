@@ -35,6 +35,8 @@ type Config struct {
 	Clusters    []*Cluster
 	// StatsTags are stats_config.stats_tags, in order.
 	StatsTags []StatsTag
+	// Services are the bootstrap_extensions WasmService entries, in order.
+	Services []WasmService
 	// Bootstrap is the parsed file as Envoy's type, for the admin's
 	// /config_dump.
 	Bootstrap *bootstrapv3.Bootstrap
@@ -58,6 +60,15 @@ func (c *Config) Listener(name string) *Listener {
 		}
 	}
 	return nil
+}
+
+// WasmService is a bootstrap_extensions entry of type
+// envoy.extensions.wasm.v3.WasmService: a wasm VM that serves no stream,
+// only its root context (ticks, shared data and queues, http calls).
+type WasmService struct {
+	Name      string // the extension's name
+	Singleton bool   // one VM on the main thread, else one per worker
+	Wasm      httpfilter.WasmConfig
 }
 
 // StatsTag is a stats_config.stats_tags entry: Regex (at least one capture

@@ -458,3 +458,49 @@ func TestRouteMetadata(t *testing.T) {
 		t.Fatalf("metadata %x: %v (%v)", r.Metadata, &md, err)
 	}
 }
+
+// TestWasmService: a bootstrap_extensions WasmService is read with its
+// plugin config; other extensions and unsupported fields are refused by
+// path.
+func TestWasmService(t *testing.T) {
+	base := doc("", "", "", "")
+	svc := func(extra string) string {
+		return base + `
+bootstrap_extensions:
+- name: envoy.bootstrap.wasm
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.wasm.v3.WasmService
+    singleton: true
+    config:
+      name: feeder
+      root_id: feeder_root
+      vm_config: { vm_id: svc, runtime: envoy.wasm.runtime.v8, code: { local: { filename: f.wasm } } }
+      configuration: { "@type": type.googleapis.com/google.protobuf.StringValue, value: "go" }
+` + extra
+	}
+	cfg, err := Parse([]byte(svc("")), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Services) != 1 {
+		t.Fatalf("services %+v", cfg.Services)
+	}
+	s := cfg.Services[0]
+	if s.Name != "envoy.bootstrap.wasm" || !s.Singleton || s.Wasm.RootID != "feeder_root" || s.Wasm.VMID != "svc" ||
+		string(s.Wasm.PluginConfiguration) != "go" || !strings.HasSuffix(s.Wasm.CodePath, "f.wasm") {
+		t.Errorf("service %+v", s)
+	}
+	_, err = Parse([]byte(svc("      fail_open: true\n    extra_field: 1\n")), "test.yaml")
+	if err == nil {
+		t.Error("an unknown WasmService field was accepted")
+	}
+	_, err = Parse([]byte(base+`
+bootstrap_extensions:
+- name: envoy.filters.http.router
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+`), "test.yaml")
+	if err == nil || !strings.Contains(err.Error(), "bootstrap_extensions[0]") {
+		t.Errorf("a non-wasm bootstrap extension: err = %v, want it refused by path", err)
+	}
+}

@@ -101,6 +101,8 @@ var bootstrapFields = newAllowlist(
 	"stats_config.stats_tags.regex",
 	"stats_config.stats_tags.fixed_value",
 	"stats_config.use_all_default_tags", // the built-in stats' tags are always Envoy's defaults
+	"bootstrap_extensions.name",
+	"bootstrap_extensions.typed_config", // checked on its own (WasmService)
 )
 
 var hcmFields = func() allowlist {
@@ -156,5 +158,18 @@ var wasmFields = newAllowlist(
 	"config.vm_config.environment_variables.host_env_keys",
 	"config.vm_config.environment_variables.key_values",
 )
+
+// wasmServiceFields is envoy.extensions.wasm.v3.WasmService: singleton
+// plus the same PluginConfig fields as the HTTP filter.
+var wasmServiceFields = func() allowlist {
+	a := allowlist{"singleton": true}
+	for k, v := range wasmFields {
+		if k == "config.allow_on_headers_stop_iteration" {
+			continue // an HTTP filter setting
+		}
+		a[k] = v
+	}
+	return a
+}()
 
 var routerFields = newAllowlist()

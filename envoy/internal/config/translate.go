@@ -80,6 +80,26 @@ func translate(bs *bootstrapv3.Bootstrap) (*Config, error) {
 		}
 		cfg.Listeners = append(cfg.Listeners, ln)
 	}
+	for i, ext := range bs.GetBootstrapExtensions() {
+		where := fmt.Sprintf("bootstrap_extensions[%d]", i)
+		m, err := unpackTyped(ext.GetTypedConfig(), ext.GetName(), where)
+		if err != nil {
+			return nil, err
+		}
+		ws, ok := m.(*wasmv3.WasmService)
+		if !ok {
+			return nil, fmt.Errorf("%s (%s): extension %s is not supported by the chime proxy (only envoy.extensions.wasm.v3.WasmService)", where, ext.GetName(), m.ProtoReflect().Descriptor().FullName())
+		}
+		if err := checkSupported(ws.ProtoReflect(), wasmServiceFields, "", where+".typed_config"); err != nil {
+			return nil, err
+		}
+		wc, err := translateWasm(ws.GetConfig(), where+".typed_config.config")
+		if err != nil {
+			return nil, err
+		}
+		wc.FilterName = ext.GetName()
+		cfg.Services = append(cfg.Services, WasmService{Name: ext.GetName(), Singleton: ws.GetSingleton(), Wasm: wc})
+	}
 	for i, ts := range bs.GetStatsConfig().GetStatsTags() {
 		st := StatsTag{Name: ts.GetTagName(), FixedValue: ts.GetFixedValue()}
 		where := fmt.Sprintf("stats_config.stats_tags[%d] (%s)", i, st.Name)

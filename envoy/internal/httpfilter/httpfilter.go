@@ -278,7 +278,15 @@ type Env struct {
 	// waiting until Starter.Start, which the runtime calls once every
 	// listener is bound, as Envoy's workers only run after init (docs/local-runtime.md).
 	HoldUntilStarted bool
+	// VMScope, when set, lets the wasm filters built with it share VMs:
+	// filters with the same vm_id, code and VM configuration (and the same
+	// scope, i.e. the same server) run in one VM per worker, each with its
+	// own root context, as in Envoy. Nil: every filter gets its own VMs.
+	VMScope *VMScope
 }
+
+// VMScope is the identity within which wasm VMs are shared (one runtime).
+type VMScope struct{ _ byte }
 
 // Starter is a Factory with timers and callouts held until Start
 // (Env.HoldUntilStarted).

@@ -103,6 +103,9 @@ func (s *stream) writeHeaders(end bool) {
 			wh["Connection"] = []string{"close"}
 		}
 	}
+	if wc, _ := s.r.Context().Value(wireConnKey{}).(*wireConn); wc != nil && s.r.ProtoMajor == 1 {
+		wc.lowerNext() // Envoy's HTTP/1 codec writes lowercase names
+	}
 	s.w.WriteHeader(status)
 	s.downstreamStarted = true
 	s.info.ResponseCode = status

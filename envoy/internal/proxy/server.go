@@ -110,7 +110,10 @@ func Listen(opt Options) (*Server, error) {
 			IdleTimeout:       time.Hour, // Envoy's default HCM idle_timeout
 			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelDebug),
 			BaseContext:       func(net.Listener) context.Context { return s.ctx },
-			ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+				if wc, ok := c.(*wireConn); ok {
+					ctx = context.WithValue(ctx, wireConnKey{}, wc)
+				}
 				w := int((l.nextWorker.Add(1) - 1) % uint64(l.workers))
 				ctx = context.WithValue(ctx, connIDKey{}, connIDs.Add(1))
 				return context.WithValue(ctx, workerKey{}, w)
@@ -123,7 +126,7 @@ func Listen(opt Options) (*Server, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			_ = l.srv.Serve(ln)
+			_ = l.srv.Serve(wireListener{ln})
 		}()
 	}
 	return s, nil

@@ -226,8 +226,9 @@ func (s *stream) finish() {
 }
 
 // requestHeaders presents the client request the way Envoy does:
-// pseudo-headers first, then the rest (sorted: Go does not keep wire
-// order), plus x-forwarded-proto and x-request-id when missing.
+// pseudo-headers first, then the rest in the order received (HTTP/1, from
+// the connection's wire bytes; HTTP/2 and anything not found there
+// sorted), plus x-forwarded-proto and x-request-id when missing.
 func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 	r := s.r
 	path := r.RequestURI
@@ -240,7 +241,11 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 		{Key: ":method", Value: r.Method},
 		{Key: ":scheme", Value: "http"},
 	}
-	h = appendHeaderMap(h, r.Header)
+	if names, ok := s.wireOrder(); ok {
+		h = orderHeaders(h, r, names)
+	} else {
+		h = appendHeaderMap(h, r.Header)
+	}
 	h.Del("expect") // Envoy answers 100-continue itself
 	h.Del("host")
 	if r.ContentLength > 0 {
@@ -323,4 +328,13 @@ func (s *stream) onRequestBody(ev bodyEvent) {
 		return
 	}
 	s.dec.pushData(0, ev.data, ev.end)
+}
+
+// wireOrder is the request's header names in wire order (HTTP/1 only).
+func (s *stream) wireOrder() ([]string, bool) {
+	wc, _ := s.r.Context().Value(wireConnKey{}).(*wireConn)
+	if wc == nil || s.r.ProtoMajor != 1 {
+		return nil, false
+	}
+	return wc.wireOrder(s.r)
 }

@@ -87,9 +87,9 @@ func valueTypes(ts []abi.ValueType) []api.ValueType {
 // instantiateHost registers the env and WASI host modules in vm's runtime.
 func (vm *vmInstance) instantiateHost(ctx context.Context) error {
 	mods := map[string][]hostFunc{
-		abi.ModuleEnv:          envFunctions(vm.f.abi),
-		abi.ModuleWASI:         wasiFunctions(vm.f.profile),
-		abi.ModuleWASIUnstable: wasiFunctions(vm.f.profile),
+		abi.ModuleEnv:          envFunctions(vm.g.abi),
+		abi.ModuleWASI:         wasiFunctions(vm.g.profile),
+		abi.ModuleWASIUnstable: wasiFunctions(vm.g.profile),
 	}
 	for modName, fns := range mods {
 		b := vm.rt.NewHostModuleBuilder(modName)
@@ -174,7 +174,7 @@ func (vm *vmInstance) effective() *stream {
 		return nil
 	}
 	if c.effective != 0 {
-		if c.effective == rootContextID {
+		if vm.roots[c.effective] != nil {
 			return nil
 		}
 		if s := vm.streams[c.effective]; s != nil {
@@ -230,7 +230,11 @@ func slogLevel(level abi.LogLevel) slog.Level {
 // the plugin's log prefix (name, root_id, vm_id, each when set), ": " and
 // the message as the guest gave it.
 func (vm *vmInstance) log(ctx context.Context, level abi.LogLevel, msg string) {
-	vm.f.logger.Log(ctx, slogLevel(level), "wasm log"+vm.f.logPrefix+": "+msg, "source", "wasm")
+	logger, prefix := vm.g.logger, envoyLogPrefix(vm.g.cfg)
+	if f := vm.plugin(); f != nil {
+		logger, prefix = f.logger, f.logPrefix
+	}
+	logger.Log(ctx, slogLevel(level), "wasm log"+prefix+": "+msg, "source", "wasm")
 }
 
 // envoyLogPrefix is PluginBase::makeLogPrefix.
@@ -247,7 +251,7 @@ func envoyLogPrefix(cfg httpfilter.WasmConfig) string {
 // logLevel is the lowest proxy-wasm level the host logger records.
 func (vm *vmInstance) logLevel(ctx context.Context) abi.LogLevel {
 	for lvl := abi.LogLevelTrace; lvl < abi.LogLevelCritical; lvl++ {
-		if vm.f.logger.Enabled(ctx, slogLevel(lvl)) {
+		if vm.logger().Enabled(ctx, slogLevel(lvl)) {
 			return lvl
 		}
 	}
@@ -412,7 +416,7 @@ func hostGetSharedData(vm *vmInstance, ctx context.Context, a []uint32) abi.Stat
 	if !ok {
 		return abi.StatusInvalidMemoryAccess
 	}
-	v, cas, found := shared.get(vm.f.cfg.VMID, key)
+	v, cas, found := shared.get(vm.g.cfg.VMID, key)
 	if !found {
 		return abi.StatusNotFound
 	}
@@ -428,7 +432,7 @@ func hostSetSharedData(vm *vmInstance, _ context.Context, a []uint32) abi.Status
 	if !ok1 || !ok2 {
 		return abi.StatusInvalidMemoryAccess
 	}
-	return shared.set(vm.f.cfg.VMID, key, value, a[4])
+	return shared.set(vm.g.cfg.VMID, key, value, a[4])
 }
 
 // hostRegisterQueue registers for the root context: on_queue_ready is
@@ -438,7 +442,7 @@ func hostRegisterQueue(vm *vmInstance, _ context.Context, a []uint32) abi.Status
 	if !ok {
 		return abi.StatusInvalidMemoryAccess
 	}
-	tok := shared.registerQueue(vm.f.cfg.VMID, name, vm, rootContextID)
+	tok := shared.registerQueue(vm.g.cfg.VMID, name, vm, vm.curRootID())
 	if !vm.putU32(a[2], tok) {
 		return abi.StatusInvalidMemoryAccess
 	}
@@ -452,7 +456,7 @@ func hostResolveQueue(vm *vmInstance, _ context.Context, a []uint32) abi.Status 
 		return abi.StatusInvalidMemoryAccess
 	}
 	if vmID == "" {
-		vmID = vm.f.cfg.VMID
+		vmID = vm.g.cfg.VMID
 	}
 	tok, found := shared.resolveQueue(vmID, name)
 	if !found {
@@ -740,12 +744,13 @@ func (vm *vmInstance) buffer(t abi.BufferType) *bufferRef {
 		}
 		return &bufferRef{ro: vm.httpResp.Body}
 	case abi.BufferVMConfiguration:
-		return &bufferRef{ro: vm.f.cfg.VMConfiguration}
+		return &bufferRef{ro: vm.g.cfg.VMConfiguration}
 	case abi.BufferPluginConfiguration:
-		if !vm.pluginConfigVisible {
+		f := vm.plugin()
+		if !vm.pluginConfigVisible || f == nil {
 			return nil
 		}
-		return &bufferRef{ro: vm.f.cfg.PluginConfiguration}
+		return &bufferRef{ro: f.cfg.PluginConfiguration}
 	}
 	return nil
 }
@@ -842,7 +847,7 @@ func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if timeoutMS < 0 {
 		return abi.StatusBadArgument
 	}
-	if cc, ok := vm.f.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
+	if cc, ok := vm.g.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
 		return abi.StatusBadArgument
 	}
 	var headers httpfilter.Headers
@@ -863,7 +868,7 @@ func hostHTTPCall(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	}
 	vm.nextCallID += calloutIncrement
 	token := vm.nextCallID
-	vm.dispatchHTTPCall(token, cluster, headers, append([]byte(nil), body...), trailers, time.Duration(timeoutMS)*time.Millisecond)
+	vm.dispatchHTTPCall(vm.curRootID(), token, cluster, headers, append([]byte(nil), body...), trailers, time.Duration(timeoutMS)*time.Millisecond)
 	vm.putU32(a[9], token)
 	return abi.StatusOK
 }
@@ -875,7 +880,7 @@ func hostGrpcOpen(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 	if !ok {
 		return abi.StatusInvalidMemoryAccess
 	}
-	if cc, ok := vm.f.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
+	if cc, ok := vm.g.env.Clusters.(httpfilter.ClusterChecker); ok && !cc.HasCluster(cluster) {
 		return abi.StatusParseFailure
 	}
 	return abi.StatusInternalFailure
@@ -891,7 +896,9 @@ func hostGrpcToken(_ *vmInstance, _ context.Context, a []uint32) abi.Status {
 // --- timers, time, metrics ----------------------------------------------
 
 func hostSetTick(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
-	vm.setTick(time.Duration(a[0]) * time.Millisecond)
+	if r := vm.curRoot(); r != nil {
+		vm.setTick(r, time.Duration(a[0])*time.Millisecond)
+	}
 	return abi.StatusOK
 }
 
@@ -921,7 +928,7 @@ func hostDefineMetric(vm *vmInstance, _ context.Context, a []uint32) abi.Status 
 	default:
 		return abi.StatusBadArgument
 	}
-	vm.metrics[id] = vm.f.stats().Define(httpfilter.MetricKind(a[0]), name)
+	vm.metrics[id] = vm.g.stats().Define(httpfilter.MetricKind(a[0]), name)
 	if !vm.putU32(a[3], id) {
 		return abi.StatusInvalidMemoryAccess
 	}
@@ -979,7 +986,7 @@ func hostGetMetric(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 // --- contexts and streams -----------------------------------------------
 
 func hostSetEffectiveContext(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
-	if a[0] != rootContextID && vm.streams[a[0]] == nil {
+	if vm.roots[a[0]] == nil && vm.streams[a[0]] == nil {
 		return abi.StatusBadArgument
 	}
 	vm.cur.effective = a[0]

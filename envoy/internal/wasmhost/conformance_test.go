@@ -425,10 +425,13 @@ func TestProperties(t *testing.T) {
 		"route_name":            "0 " + hexs("r1"),
 		"xds.route_metadata":    "0 " + hexs("\x0a\x02md"),
 		"route_metadata":        "0 " + hexs("\x0a\x02md"),
-		"cluster_name":          "0 " + hexs("llm"),
-		"listener_direction":    "0 " + le64(0),
-		"no.such":               "1 ",
-		"my_key":                "0 " + hexs("my-value"),
+		// No dynamic metadata is ever set: the empty Metadata message.
+		"metadata":                 "0 ",
+		"metadata.filter_metadata": "1 ",
+		"cluster_name":             "0 " + hexs("llm"),
+		"listener_direction":       "0 " + le64(0),
+		"no.such":                  "1 ",
+		"my_key":                   "0 " + hexs("my-value"),
 		// Table boundaries: a bare map is SERIALIZATION_FAILURE, an unknown
 		// or over-long path NOT_FOUND.
 		"request":          "3 ",
@@ -636,7 +639,7 @@ func TestTrapFailOpen(t *testing.T) {
 func TestTrapInBackgroundCallback(t *testing.T) {
 	h := newHarness(t, "trap tick panic tick 5")
 	h.logs.wait(t, "tick 1 1")
-	waitFor(t, "VM failure", func() bool { return h.f.slots[0].vm.failed.Load() })
+	waitFor(t, "VM failure", func() bool { return h.f.g.slots[0].vm.failed.Load() })
 	s, fs := h.stream(0)
 	if st := s.DecodeHeaders(&fs.req, true); st != httpfilter.HeadersContinue {
 		t.Errorf("stream after background trap = %v", st)
@@ -728,8 +731,8 @@ func TestLatestProfileHasExtraWASI(t *testing.T) {
 			h := newHarness(t, "", withCode("wasiextra"), withProfile(p))
 			h.logs.expect(t, "filestat 8") // EBADF
 			h.logs.expect(t, "readdir 20") // ENOTDIR: linked with WASI's i64 cookie
-			if h.f.profile != ProfileEnvoy139 {
-				t.Errorf("profile %q, want the alias resolved to %q", h.f.profile, ProfileEnvoy139)
+			if h.f.g.profile != ProfileEnvoy139 {
+				t.Errorf("profile %q, want the alias resolved to %q", h.f.g.profile, ProfileEnvoy139)
 			}
 		})
 	}

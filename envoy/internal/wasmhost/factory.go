@@ -12,11 +12,15 @@ package wasmhost
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,34 +75,63 @@ func compilationCache(dir string) (wazero.CompilationCache, error) {
 	return c, nil
 }
 
-// Factory is the wasm filter factory: one VM per worker, each serving every
-// stream bound to that worker (docs/local-runtime.md "one VM per worker, never one per
-// request").
+// Factory is the wasm filter factory for one wasm http filter entry, the
+// counterpart of Envoy's plugin: it owns one root context in each worker
+// VM of its vmGroup. Filters with the same vm_id, code and VM
+// configuration share the group (one VM per worker), as in Envoy
+// (docs/local-runtime.md "one VM per worker, never one per request").
 type Factory struct {
-	cfg     httpfilter.WasmConfig
+	cfg    httpfilter.WasmConfig
+	g      *vmGroup
+	logger *slog.Logger
+	// logPrefix is Envoy's plugin log prefix (" name root_id vm_id").
+	logPrefix string
+	closed    atomic.Bool
+}
+
+// vmGroup is the set of worker VMs for one vm key (vm_id, code, VM
+// configuration, WASI profile, environment), shared by every plugin with
+// that key in one VMScope.
+type vmGroup struct {
+	key     groupKey
+	refs    int                   // guarded by groups.mu
+	cfg     httpfilter.WasmConfig // the first plugin's (VM-level fields only)
 	env     httpfilter.Env
 	code    []byte
 	abi     abi.Version
 	profile string
 	rtCfg   wazero.RuntimeConfig
 	logger  *slog.Logger
-	// logPrefix is Envoy's plugin log prefix (" name root_id vm_id").
-	logPrefix string
-	envVars   []string // "K=V", sorted
+	envVars []string // "K=V", sorted
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	closed atomic.Bool
 	// started is closed by Start (at once without Env.HoldUntilStarted):
 	// ticks and http_call dispatches wait for it.
 	started   chan struct{}
 	startOnce sync.Once
 
+	// pluginsMu guards plugins, the live plugins in the order they were
+	// added (the order their root contexts are created in a new VM).
+	pluginsMu sync.Mutex
+	plugins   []*Factory
+
 	slots  []*workerSlot
-	codeRT wazero.Runtime // owns the factory's reference to the compiled code
+	codeRT wazero.Runtime // owns the group's reference to the compiled code
 
 	instantiations atomic.Int64 // VM instances created, for tests and stats
 }
+
+type groupKey struct {
+	scope *httpfilter.VMScope
+	key   string
+}
+
+// groups is the registry of shared VM groups (only groups with a scope).
+var groups = struct {
+	sync.Mutex
+	m map[groupKey]*vmGroup
+}{m: map[groupKey]*vmGroup{}}
 
 type workerSlot struct {
 	mu          sync.Mutex
@@ -108,9 +141,10 @@ type workerSlot struct {
 
 // NewFactory builds the filter factory for one wasm http filter entry: it
 // loads and validates the module (ABI version marker, imports against the
-// WASI profile), then starts and configures one VM per worker. A module
-// Envoy would refuse, or whose proxy_on_vm_start / proxy_on_configure
-// returns false, is an error here.
+// WASI profile), then joins the VM group for its vm key (creating one VM
+// per worker if none exists) and starts its root context in each VM. A
+// module Envoy would refuse, or whose proxy_on_vm_start /
+// proxy_on_configure returns false, is an error here.
 func NewFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (httpfilter.Factory, error) {
 	return newFactory(cfg, env)
 }
@@ -138,90 +172,166 @@ func newFactory(cfg httpfilter.WasmConfig, env httpfilter.Env) (*Factory, error)
 	default:
 		return nil, fmt.Errorf("wasm: unknown WASI profile %q (want %q, %q or %q)", profile, ProfileEnvoy138, ProfileEnvoy139, ProfileEnvoyLatest)
 	}
-	workers := env.Workers
-	if workers <= 0 {
-		workers = 1
-	}
 	logger := env.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger = logger.With("plugin", cfg.PluginName, "root_id", cfg.RootID, "vm_id", cfg.VMID)
-	cache, err := compilationCache(env.CacheDir)
-	if err != nil {
-		return nil, err
-	}
 	f := &Factory{
 		cfg:       cfg,
-		env:       env,
-		code:      code,
-		profile:   profile,
-		logger:    logger,
+		logger:    logger.With("plugin", cfg.PluginName, "root_id", cfg.RootID, "vm_id", cfg.VMID),
 		logPrefix: envoyLogPrefix(cfg),
-		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
-		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
-		// memory.grow copies the whole linear memory, which showed as 30 ms
-		// stalls on 1 MB bodies.
-		rtCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(16384),
 	}
 	keys := make([]string, 0, len(cfg.EnvVars))
 	for k := range cfg.EnvVars {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var envVars []string
 	for _, k := range keys {
-		f.envVars = append(f.envVars, k+"="+cfg.EnvVars[k])
+		envVars = append(envVars, k+"="+cfg.EnvVars[k])
 	}
-	if err := f.validate(); err != nil {
+	g, err := joinGroup(cfg, env, code, profile, envVars, logger)
+	if err != nil {
 		return nil, err
 	}
-	// From here on Close releases what validate kept.
-	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.started = make(chan struct{})
-	if !env.HoldUntilStarted {
-		f.Start()
-	}
+	f.g = g
 	shared.acquire(cfg.VMID)
-	f.slots = make([]*workerSlot, workers)
-	for i := range f.slots {
-		vm, err := f.newVM(i)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		f.slots[i] = &workerSlot{vm: vm}
+	if err := g.addPlugin(f); err != nil {
+		f.Close()
+		return nil, err
 	}
 	return f, nil
+}
+
+// vmKey is proxy-wasm-cpp-host's makeVmKey (vm_id, VM configuration and
+// code) plus what this host fixes when a VM is instantiated: the WASI
+// profile, the environment variables and the number of workers.
+func vmKey(cfg httpfilter.WasmConfig, code []byte, profile string, envVars []string, workers int) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(cfg.VMID), cfg.VMConfiguration, code, []byte(profile), []byte(strings.Join(envVars, "\x00")), []byte(strconv.Itoa(workers))} {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// joinGroup returns the group for this vm key in env.VMScope, taking a
+// reference, or builds a new one (validating the module and creating one
+// VM per worker). Without a scope the group is never shared.
+func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profile string, envVars []string, logger *slog.Logger) (*vmGroup, error) {
+	workers := env.Workers
+	if workers <= 0 {
+		workers = 1
+	}
+	key := groupKey{scope: env.VMScope, key: vmKey(cfg, code, profile, envVars, workers)}
+	if env.VMScope != nil {
+		groups.Lock()
+		defer groups.Unlock()
+		if g := groups.m[key]; g != nil {
+			g.refs++
+			return g, nil
+		}
+	}
+	cache, err := compilationCache(env.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	g := &vmGroup{
+		key:     key,
+		refs:    1,
+		cfg:     cfg,
+		env:     env,
+		code:    code,
+		profile: profile,
+		logger:  logger.With("vm_id", cfg.VMID),
+		envVars: envVars,
+		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
+		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
+		// memory.grow copies the whole linear memory, which showed as 30 ms
+		// stalls on 1 MB bodies.
+		rtCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(16384),
+	}
+	if err := g.validate(); err != nil {
+		return nil, err
+	}
+	// From here on close releases what validate kept.
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.started = make(chan struct{})
+	if !env.HoldUntilStarted {
+		g.Start()
+	}
+	g.slots = make([]*workerSlot, workers)
+	for i := range g.slots {
+		vm, err := g.newVM(i)
+		if err != nil {
+			g.close()
+			return nil, err
+		}
+		g.slots[i] = &workerSlot{vm: vm}
+	}
+	if env.VMScope != nil {
+		groups.m[key] = g
+	}
+	return g, nil
+}
+
+// addPlugin starts f's root context in every worker VM of the group
+// (WasmBase::start then configure, as getOrCreateThreadLocalPlugin does).
+func (g *vmGroup) addPlugin(f *Factory) error {
+	g.pluginsMu.Lock()
+	g.plugins = append(g.plugins, f)
+	g.pluginsMu.Unlock()
+	for _, s := range g.slots {
+		s.mu.Lock()
+		vm := s.vm
+		s.mu.Unlock()
+		if vm == nil {
+			continue
+		}
+		if err := vm.startPlugin(g.ctx, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// livePlugins returns the group's plugins in order.
+func (g *vmGroup) livePlugins() []*Factory {
+	g.pluginsMu.Lock()
+	defer g.pluginsMu.Unlock()
+	return append([]*Factory(nil), g.plugins...)
 }
 
 // validate compiles the module once (filling the compilation cache) and
 // checks what Envoy checks before instantiating: the ABI version marker and
 // that every import is one the host provides.
-func (f *Factory) validate() error {
+func (g *vmGroup) validate() error {
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, f.rtCfg)
-	cm, err := rt.CompileModule(ctx, f.code)
+	rt := wazero.NewRuntimeWithConfig(ctx, g.rtCfg)
+	cm, err := rt.CompileModule(ctx, g.code)
 	if err != nil {
 		rt.Close(ctx)
 		return fmt.Errorf("wasm: failed to load module: %w", err)
 	}
-	if err := f.checkModule(cm); err != nil {
+	if err := g.checkModule(cm); err != nil {
 		rt.Close(ctx)
 		return err
 	}
 	// Holding this compiled module keeps the machine code in the shared
 	// engine cache, so each worker VM's CompileModule is a cache hit.
-	f.codeRT = rt
+	g.codeRT = rt
 	return nil
 }
 
-func (f *Factory) checkModule(cm wazero.CompiledModule) error {
+func (g *vmGroup) checkModule(cm wazero.CompiledModule) error {
 	exports := cm.ExportedFunctions()
 	switch {
 	case exports[abi.V021.Marker()] != nil:
-		f.abi = abi.V021
+		g.abi = abi.V021
 	case exports[abi.V020.Marker()] != nil:
-		f.abi = abi.V020
+		g.abi = abi.V020
 	case exports[abi.V010.Marker()] != nil:
 		return fmt.Errorf("wasm: module advertises %s; only 0_2_0 and 0_2_1 are supported", abi.V010.Marker())
 	default:
@@ -240,7 +350,7 @@ func (f *Factory) checkModule(cm wazero.CompiledModule) error {
 			return fmt.Errorf("wasm: Bad function signature for: %s", cb.Name)
 		}
 	}
-	avail := f.availableImports()
+	avail := g.availableImports()
 	var missing []string
 	for _, imp := range cm.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -249,7 +359,7 @@ func (f *Factory) checkModule(cm wazero.CompiledModule) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("wasm: module imports functions the %s host does not provide: %s", f.profile, strings.Join(missing, ", "))
+		return fmt.Errorf("wasm: module imports functions the %s host does not provide: %s", g.profile, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -264,12 +374,12 @@ func catalogueTypes(ts []api.ValueType) []abi.ValueType {
 
 // availableImports lists module.name of every host function for this
 // factory's ABI version and WASI profile.
-func (f *Factory) availableImports() map[string]bool {
+func (g *vmGroup) availableImports() map[string]bool {
 	m := map[string]bool{}
-	for _, h := range envFunctions(f.abi) {
+	for _, h := range envFunctions(g.abi) {
 		m[abi.ModuleEnv+"."+h.sig.Name] = true
 	}
-	for _, h := range wasiFunctions(f.profile) {
+	for _, h := range wasiFunctions(g.profile) {
 		m[abi.ModuleWASI+"."+h.sig.Name] = true
 		m[abi.ModuleWASIUnstable+"."+h.sig.Name] = true
 	}
@@ -283,26 +393,36 @@ func (f *Factory) NewFilter(cb httpfilter.Callbacks) (httpfilter.Filter, error) 
 	if f.closed.Load() {
 		return nil, errors.New("wasm: filter factory is closed")
 	}
+	g := f.g
 	worker := 0
 	if info := cb.Info(); info != nil && info.Worker > 0 {
-		worker = info.Worker % len(f.slots)
+		worker = info.Worker % len(g.slots)
 	}
-	return newStream(f, f.slots[worker].get(f, worker), cb), nil
+	return newStream(f, g.slots[worker].get(g, worker), cb), nil
 }
 
-func (s *workerSlot) get(f *Factory, worker int) *vmInstance {
+func (s *workerSlot) get(g *vmGroup, worker int) *vmInstance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.vm != nil && !s.vm.failed.Load() {
 		return s.vm
 	}
-	if time.Since(s.lastAttempt) < reloadBackoff || f.closed.Load() {
+	if time.Since(s.lastAttempt) < reloadBackoff || g.ctx.Err() != nil {
 		return s.vm // failed (or nil): streams fail per policy
 	}
 	s.lastAttempt = time.Now()
-	vm, err := f.newVM(worker)
+	vm, err := g.newVM(worker)
+	if err == nil {
+		// The replacement gets every live plugin's root context, in order.
+		for _, p := range g.livePlugins() {
+			if err = vm.startPlugin(g.ctx, p); err != nil {
+				vm.close()
+				break
+			}
+		}
+	}
 	if err != nil {
-		f.logger.Error("wasm: failed to reload VM", "worker", worker, "err", err)
+		g.logger.Error("wasm: failed to reload VM", "worker", worker, "err", err)
 		return s.vm
 	}
 	if old := s.vm; old != nil {
@@ -312,15 +432,56 @@ func (s *workerSlot) get(f *Factory, worker int) *vmInstance {
 	return vm
 }
 
-// Close stops ticks and background deliveries and releases every VM.
+// Close ends this plugin's root context in every worker VM (proxy_on_done,
+// proxy_on_delete) and, if it was the group's last plugin, stops ticks and
+// background deliveries and releases the VMs.
 func (f *Factory) Close() error {
 	if !f.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if f.cancel != nil {
-		f.cancel()
+	g := f.g
+	if g == nil {
+		return nil
 	}
-	for _, s := range f.slots {
+	g.pluginsMu.Lock()
+	for i, p := range g.plugins {
+		if p == f {
+			g.plugins = append(g.plugins[:i:i], g.plugins[i+1:]...)
+			break
+		}
+	}
+	g.pluginsMu.Unlock()
+	for _, s := range g.slots {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		vm := s.vm
+		s.mu.Unlock()
+		if vm != nil {
+			vm.stopPlugin(f)
+		}
+	}
+	shared.release(f.cfg.VMID)
+	groups.Lock()
+	g.refs--
+	last := g.refs == 0
+	if last && groups.m[g.key] == g {
+		delete(groups.m, g.key)
+	}
+	groups.Unlock()
+	if last {
+		g.close()
+	}
+	return nil
+}
+
+// close stops the group's background work and releases every VM.
+func (g *vmGroup) close() {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	for _, s := range g.slots {
 		if s == nil {
 			continue
 		}
@@ -329,33 +490,32 @@ func (f *Factory) Close() error {
 		s.vm = nil
 		s.mu.Unlock()
 		if vm != nil {
-			vm.shutdown()
+			vm.close()
 		}
 	}
-	if f.ctx != nil {
-		shared.release(f.cfg.VMID)
+	if g.codeRT != nil {
+		g.codeRT.Close(context.Background())
 	}
-	if f.codeRT != nil {
-		f.codeRT.Close(context.Background())
-	}
-	return nil
 }
 
-// Instantiations reports how many VM instances this factory has created
-// (workers plus replacements after faults).
-func (f *Factory) Instantiations() int64 { return f.instantiations.Load() }
+// Instantiations reports how many VM instances this factory's group has
+// created (workers plus replacements after faults).
+func (f *Factory) Instantiations() int64 { return f.g.instantiations.Load() }
 
 // Start releases the ticks and http_calls held since the VMs started
 // (Env.HoldUntilStarted). It is idempotent.
-func (f *Factory) Start() { f.startOnce.Do(func() { close(f.started) }) }
+func (f *Factory) Start() { f.g.Start() }
 
-// waitStarted blocks until Start, the factory's close or stop; it reports
-// whether the factory started.
-func (f *Factory) waitStarted(stop <-chan struct{}) bool {
+// Start is Factory.Start for the whole group.
+func (g *vmGroup) Start() { g.startOnce.Do(func() { close(g.started) }) }
+
+// waitStarted blocks until Start, the group's close or stop; it reports
+// whether the group started.
+func (g *vmGroup) waitStarted(stop <-chan struct{}) bool {
 	select {
-	case <-f.started:
+	case <-g.started:
 		return true
-	case <-f.ctx.Done():
+	case <-g.ctx.Done():
 	case <-stop:
 	}
 	return false

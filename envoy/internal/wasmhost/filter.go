@@ -98,7 +98,11 @@ func (s *stream) create() {
 	vm.streams[s.id] = s
 	s.created = true
 	if vm.fnContextCreate != nil {
-		vm.call(s.ctx, s.id, vm.fnContextCreate, uint64(s.id), rootContextID)
+		parent := uint64(0)
+		if r := vm.rootOf[s.f]; r != nil {
+			parent = uint64(r.id)
+		}
+		vm.call(s.ctx, s.id, vm.fnContextCreate, uint64(s.id), parent)
 	}
 }
 
@@ -130,11 +134,12 @@ func (vm *vmInstance) callStream(s *stream, fn api.Function, args ...uint64) (st
 	st := &callState{current: s.id}
 	vm.cur = st
 	res, err := fn.Call(s.ctx, args...)
-	vm.cur = prev
 	if err != nil {
-		vm.fail(fn.Definition().Name(), err)
+		vm.fail(fn.Definition().Name(), err) // logged as the stream's plugin
+		vm.cur = prev
 		return streamResult{}, false
 	}
+	vm.cur = prev
 	var v uint64
 	if len(res) > 0 {
 		v = res[0]

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, name := range []string{"conformance", "noabi", "wasiextra", "initcall", "badsig"} {
+	for _, name := range []string{"conformance", "noabi", "wasiextra", "initcall", "badsig", "vmshare"} {
 		out := filepath.Join(dir, name+".wasm")
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./testdata/"+name)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")

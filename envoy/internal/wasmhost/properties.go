@@ -49,6 +49,15 @@ func (vm *vmInstance) property(s *stream, path string) ([]byte, abi.Status) {
 		return nil, abi.StatusSerializationFailure // a map wrapper, not a value
 	case len(rest) == 0 && top == "connection_id":
 		return propUint(info.ConnectionID), abi.StatusOK
+	case top == "metadata":
+		// The stream's dynamic metadata, a serialized core.v3.Metadata.
+		// Nothing here sets dynamic metadata (Envoy's wasm ABI has no call
+		// for it), so it is always the empty message, and any field below
+		// it is absent.
+		if len(rest) == 0 {
+			return []byte{}, abi.StatusOK
+		}
+		return nil, abi.StatusNotFound
 	case isMap:
 		fn, ok := fields[rest[0]]
 		if !ok {
@@ -93,9 +102,9 @@ func found(v []byte, ok bool) ([]byte, abi.Status) {
 
 // pluginProperties answer on any context, stream or not.
 var pluginProperties = map[string]propFunc{
-	"plugin_name":    leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.PluginName), abi.StatusOK }),
-	"plugin_root_id": leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.RootID), abi.StatusOK }),
-	"plugin_vm_id":   leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.f.cfg.VMID), abi.StatusOK }),
+	"plugin_name":    leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.pluginCfg().PluginName), abi.StatusOK }),
+	"plugin_root_id": leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.pluginCfg().RootID), abi.StatusOK }),
+	"plugin_vm_id":   leaf(func(q propQuery) ([]byte, abi.Status) { return []byte(q.vm.g.cfg.VMID), abi.StatusOK }),
 	"xds": func(q propQuery) ([]byte, abi.Status) {
 		if len(q.rest) == 0 {
 			return nil, abi.StatusSerializationFailure
@@ -312,7 +321,7 @@ var responseProperties = map[string]propFunc{
 // xdsProperty serves xds.node (a serialized config.core.v3.Node with id and
 // cluster), xds.node.{id,cluster}, and the per-stream xds fields.
 func (vm *vmInstance) xdsProperty(s *stream, field string, rest []string) ([]byte, abi.Status) {
-	env := vm.f.env
+	env := vm.g.env
 	if field == "node" {
 		switch {
 		case len(rest) == 0:
@@ -365,9 +374,9 @@ func marshalNode(id, cluster string) []byte {
 
 // --- a stat store for factories built without one ----------------------
 
-func (f *Factory) stats() httpfilter.Stats {
-	if f.env.Stats != nil {
-		return f.env.Stats
+func (g *vmGroup) stats() httpfilter.Stats {
+	if g.env.Stats != nil {
+		return g.env.Stats
 	}
 	return localStats
 }

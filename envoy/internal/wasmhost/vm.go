@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,15 +17,31 @@ import (
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
 )
 
-// rootContextID is the id proxy-wasm-cpp-host gives the first (only) root
-// context of a VM; 0 is reserved for the VM context.
-const rootContextID = 1
+// firstContextID is the first id proxy-wasm-cpp-host allocates in a VM
+// (the first plugin's root context); 0 is the VM context.
+const firstContextID = 1
+
+// rootContext is one plugin's root context in one VM. Its id comes from
+// the VM's context id sequence, as in cpp-host's allocContextId: the
+// first plugin gets 1, a plugin added later the next free id.
+//
+// Filters with the same root_id and plugin configuration in one VM are one
+// plugin to Envoy (cpp-host's plugin key: root_id, plugin configuration and
+// vm key; the worker's plugin cache returns the first one's handle), so
+// they share a root context: refs counts them.
+type rootContext struct {
+	id       uint32
+	f        *Factory // the first filter with this plugin key still open
+	refs     int
+	created  bool // proxy_on_context_create was called
+	tickStop chan struct{}
+}
 
 // vmInstance is one instantiated module with its own runtime. Every call
 // into it is serialized by mu (a wasm VM is single-threaded); host
 // functions run inside such a call and use the per-call state in cur.
 type vmInstance struct {
-	f      *Factory
+	g      *vmGroup
 	worker int
 	rt     wazero.Runtime
 	mod    api.Module
@@ -42,6 +59,8 @@ type vmInstance struct {
 	// Guarded by mu.
 	nextContextID uint32
 	streams       map[uint32]*stream
+	roots         map[uint32]*rootContext
+	rootOf        map[*Factory]*rootContext
 	cur           *callState
 	after         []func()
 	restricted    bool // during _initialize/_start, as Envoy's restricted callbacks
@@ -52,11 +71,10 @@ type vmInstance struct {
 	callStatus   uint32                   // proxy_get_status
 	callMessage  string
 
-	declared                                map[string]declaredProperty // declare_property
-	metrics                                 map[uint32]httpfilter.Metric
-	nextCounter, nextGauge, nextHistogram   uint32
-	tickStop                                chan struct{}
-	pluginConfigVisible, rootContextCreated bool
+	declared                              map[string]declaredProperty // declare_property
+	metrics                               map[uint32]httpfilter.Metric
+	nextCounter, nextGauge, nextHistogram uint32
+	pluginConfigVisible                   bool
 }
 
 // callState is what host functions need to know about the call in progress.
@@ -68,24 +86,26 @@ type callState struct {
 	stopIteration bool
 }
 
-func (f *Factory) newVM(worker int) (*vmInstance, error) {
-	ctx := f.ctx
+func (g *vmGroup) newVM(worker int) (*vmInstance, error) {
+	ctx := g.ctx
 	vm := &vmInstance{
-		f:             f,
+		g:             g,
 		worker:        worker,
-		nextContextID: rootContextID + 1,
+		nextContextID: firstContextID,
 		streams:       map[uint32]*stream{},
+		roots:         map[uint32]*rootContext{},
+		rootOf:        map[*Factory]*rootContext{},
 		pendingCalls:  map[uint32]context.CancelFunc{},
 		metrics:       map[uint32]httpfilter.Metric{},
 		nextGauge:     1,
 		nextHistogram: 2,
 	}
-	vm.rt = wazero.NewRuntimeWithConfig(ctx, f.rtCfg)
+	vm.rt = wazero.NewRuntimeWithConfig(ctx, g.rtCfg)
 	if err := vm.instantiateHost(ctx); err != nil {
 		vm.rt.Close(ctx)
 		return nil, err
 	}
-	cm, err := vm.rt.CompileModule(ctx, f.code)
+	cm, err := vm.rt.CompileModule(ctx, g.code)
 	if err != nil {
 		vm.rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: compile: %w", err)
@@ -95,7 +115,7 @@ func (f *Factory) newVM(worker int) (*vmInstance, error) {
 		vm.rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: instantiate: %w", err)
 	}
-	f.instantiations.Add(1)
+	g.instantiations.Add(1)
 	vm.mod = mod
 	vm.lookupExports()
 	if err := vm.start(ctx); err != nil {
@@ -128,15 +148,14 @@ func (vm *vmInstance) lookupExports() {
 	vm.fnHTTPRes = get("proxy_on_http_call_response")
 }
 
-// start runs Envoy's VM and plugin start sequence (cpp-host startVm,
-// ContextBase::onStart, onConfigure): _initialize then main (reactor) or
-// _start (command), with only the restricted capabilities; then
-// proxy_on_context_create(root, 0), proxy_on_vm_start(root, vm_config_size),
-// proxy_on_configure(root, plugin_config_size).
+// start runs Envoy's VM start (cpp-host startVm): _initialize then main
+// (reactor) or _start (command), with only the restricted capabilities.
+// Plugins are started afterwards with startPlugin.
 func (vm *vmInstance) start(ctx context.Context) error {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	vm.restricted = true
+	defer func() { vm.restricted = false }()
 	if fn := vm.mod.ExportedFunction("_initialize"); fn != nil {
 		if _, ok := vm.call(ctx, 0, fn); !ok {
 			return fmt.Errorf("wasm: _initialize trapped: %w", vm.failErr)
@@ -155,37 +174,179 @@ func (vm *vmInstance) start(ctx context.Context) error {
 			return fmt.Errorf("wasm: _start trapped: %w", vm.failErr)
 		}
 	}
-	vm.restricted = false
+	return nil
+}
+
+// startPlugin is cpp-host's WasmBase::start(plugin) then configure: a new
+// root context with the next context id, proxy_on_context_create(root, 0),
+// proxy_on_vm_start(root, vm_config_size) (per root context, as cpp-host's
+// ContextBase::onStart calls it), proxy_on_configure(root,
+// plugin_config_size).
+func (vm *vmInstance) startPlugin(ctx context.Context, f *Factory) error {
+	vm.mu.Lock()
+	defer func() {
+		after := vm.takeAfter()
+		vm.mu.Unlock()
+		runAfter(after)
+	}()
+	if vm.failed.Load() || vm.closed {
+		return fmt.Errorf("wasm: VM failed: %w", vm.failErr)
+	}
+	if r := vm.rootOf[f]; r != nil {
+		return nil // already started in this VM
+	}
+	for _, r := range vm.roots {
+		if samePluginKey(r.f, f) {
+			r.refs++
+			vm.rootOf[f] = r
+			return nil
+		}
+	}
+	r := &rootContext{id: vm.nextContextID, f: f, refs: 1}
+	vm.nextContextID++
+	vm.roots[r.id] = r
+	vm.rootOf[f] = r
 	if vm.fnContextCreate != nil {
 		vm.pluginConfigVisible = true
-		_, ok := vm.call(ctx, rootContextID, vm.fnContextCreate, rootContextID, 0)
+		_, ok := vm.call(ctx, r.id, vm.fnContextCreate, uint64(r.id), 0)
 		vm.pluginConfigVisible = false
 		if !ok {
 			return fmt.Errorf("wasm: proxy_on_context_create for the root context trapped: %w", vm.failErr)
 		}
 	}
-	vm.rootContextCreated = true
+	r.created = true
 	if vm.fnVMStart != nil {
-		r, ok := vm.call(ctx, rootContextID, vm.fnVMStart, rootContextID, uint64(len(vm.f.cfg.VMConfiguration)))
+		res, ok := vm.call(ctx, r.id, vm.fnVMStart, uint64(r.id), uint64(len(vm.g.cfg.VMConfiguration)))
 		if !ok {
 			return fmt.Errorf("wasm: proxy_on_vm_start trapped: %w", vm.failErr)
 		}
-		if uint32(r) == 0 {
+		if uint32(res) == 0 {
 			return errors.New("wasm: Failed to start base Wasm (proxy_on_vm_start returned false)")
 		}
 	}
 	if vm.fnConfigure != nil {
 		vm.pluginConfigVisible = true
-		r, ok := vm.call(ctx, rootContextID, vm.fnConfigure, rootContextID, uint64(len(vm.f.cfg.PluginConfiguration)))
+		res, ok := vm.call(ctx, r.id, vm.fnConfigure, uint64(r.id), uint64(len(f.cfg.PluginConfiguration)))
 		vm.pluginConfigVisible = false
 		if !ok {
 			return fmt.Errorf("wasm: proxy_on_configure trapped: %w", vm.failErr)
 		}
-		if uint32(r) == 0 {
-			return fmt.Errorf("wasm: Unable to configure Wasm plugin %q (proxy_on_configure returned false)", vm.f.cfg.PluginName)
+		if uint32(res) == 0 {
+			return fmt.Errorf("wasm: Unable to configure Wasm plugin %q (proxy_on_configure returned false)", f.cfg.PluginName)
 		}
 	}
 	return nil
+}
+
+// stopPlugin is WasmBase::startShutdown(plugin_key): the plugin's root
+// context gets proxy_on_done and proxy_on_delete, and its tick stops.
+func (vm *vmInstance) stopPlugin(f *Factory) {
+	vm.mu.Lock()
+	r := vm.rootOf[f]
+	if r == nil {
+		vm.mu.Unlock()
+		return
+	}
+	delete(vm.rootOf, f)
+	if r.refs--; r.refs > 0 {
+		if r.f == f { // another filter with this plugin key takes over
+			for other, or := range vm.rootOf {
+				if or == r {
+					r.f = other
+					break
+				}
+			}
+		}
+		vm.mu.Unlock()
+		return
+	}
+	vm.stopTick(r)
+	if !vm.failed.Load() && !vm.closed && r.created {
+		ctx := context.Background()
+		if vm.fnDone != nil {
+			vm.call(ctx, r.id, vm.fnDone, uint64(r.id))
+		}
+		if vm.fnDelete != nil {
+			vm.call(ctx, r.id, vm.fnDelete, uint64(r.id))
+		}
+		vm.after = nil
+	}
+	delete(vm.roots, r.id)
+	vm.mu.Unlock()
+}
+
+// samePluginKey is cpp-host's plugin key comparison within one VM (whose
+// vm key is already the same): root_id and plugin configuration.
+func samePluginKey(a, b *Factory) bool {
+	return a.cfg.RootID == b.cfg.RootID && string(a.cfg.PluginConfiguration) == string(b.cfg.PluginConfiguration)
+}
+
+// rootFor is the root context of the plugin the call at context id acts
+// for: the root itself, a stream's plugin root, or (for the VM context)
+// the first live root.
+func (vm *vmInstance) rootFor(id uint32) *rootContext {
+	if r := vm.roots[id]; r != nil {
+		return r
+	}
+	if s := vm.streams[id]; s != nil {
+		if r := vm.rootOf[s.f]; r != nil {
+			return r
+		}
+	}
+	var first *rootContext
+	for _, r := range vm.roots {
+		if first == nil || r.id < first.id {
+			first = r
+		}
+	}
+	return first
+}
+
+// curRoot is rootFor the context the current call acts for (the effective
+// context if set).
+func (vm *vmInstance) curRoot() *rootContext {
+	id := uint32(0)
+	if c := vm.cur; c != nil {
+		id = c.current
+		if c.effective != 0 {
+			id = c.effective
+		}
+	}
+	return vm.rootFor(id)
+}
+
+// plugin is the plugin (Factory) the current call acts for; nil only when
+// the VM has no root context yet.
+func (vm *vmInstance) plugin() *Factory {
+	if r := vm.curRoot(); r != nil {
+		return r.f
+	}
+	return nil
+}
+
+// curRootID is curRoot's id (0 when the VM has no root context).
+func (vm *vmInstance) curRootID() uint32 {
+	if r := vm.curRoot(); r != nil {
+		return r.id
+	}
+	return 0
+}
+
+// pluginCfg is the current plugin's configuration (the group's first
+// plugin's when none is current).
+func (vm *vmInstance) pluginCfg() httpfilter.WasmConfig {
+	if f := vm.plugin(); f != nil {
+		return f.cfg
+	}
+	return vm.g.cfg
+}
+
+// logger is the current plugin's logger, or the group's.
+func (vm *vmInstance) logger() *slog.Logger {
+	if f := vm.plugin(); f != nil {
+		return f.logger
+	}
+	return vm.g.logger
 }
 
 // call invokes fn with mu held, as context `current`. It returns false if
@@ -199,11 +360,12 @@ func (vm *vmInstance) call(ctx context.Context, current uint32, fn api.Function,
 	prev := vm.cur
 	vm.cur = &callState{current: current}
 	res, err := fn.Call(ctx, args...)
-	vm.cur = prev
 	if err != nil {
-		vm.fail(fn.Definition().Name(), err)
+		vm.fail(fn.Definition().Name(), err) // logged as the plugin in the call
+		vm.cur = prev
 		return 0, false
 	}
+	vm.cur = prev
 	if len(res) == 0 {
 		return 0, true
 	}
@@ -217,8 +379,10 @@ func (vm *vmInstance) fail(where string, err error) {
 		return
 	}
 	vm.failErr = fmt.Errorf("%s: %w", where, err)
-	vm.f.logger.Error("wasm: VM failed; it will be replaced", "worker", vm.worker, "callback", where, "err", err)
-	vm.stopTick()
+	vm.logger().Error("wasm: VM failed; it will be replaced", "worker", vm.worker, "callback", where, "err", err)
+	for _, r := range vm.roots {
+		vm.stopTick(r)
+	}
 	for id, cancel := range vm.pendingCalls {
 		cancel()
 		delete(vm.pendingCalls, id)
@@ -252,24 +416,6 @@ func (vm *vmInstance) background(fn func()) {
 	runAfter(after)
 }
 
-// shutdown is Close for one VM: the root context's on_done and on_delete,
-// then release the runtime.
-func (vm *vmInstance) shutdown() {
-	vm.mu.Lock()
-	if !vm.failed.Load() && !vm.closed && vm.rootContextCreated {
-		ctx := context.Background()
-		if vm.fnDone != nil {
-			vm.call(ctx, rootContextID, vm.fnDone, rootContextID)
-		}
-		if vm.fnDelete != nil {
-			vm.call(ctx, rootContextID, vm.fnDelete, rootContextID)
-		}
-		vm.after = nil
-	}
-	vm.mu.Unlock()
-	vm.close()
-}
-
 func (vm *vmInstance) close() {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
@@ -277,7 +423,9 @@ func (vm *vmInstance) close() {
 		return
 	}
 	vm.closed = true
-	vm.stopTick()
+	for _, r := range vm.roots {
+		vm.stopTick(r)
+	}
 	for id, cancel := range vm.pendingCalls {
 		cancel()
 		delete(vm.pendingCalls, id)
@@ -285,18 +433,20 @@ func (vm *vmInstance) close() {
 	vm.rt.Close(context.Background())
 }
 
-// setTick (re)arms the root context's tick; 0 disables it. Envoy re-arms
-// the timer after each proxy_on_tick returns, so a slow tick never overlaps.
-func (vm *vmInstance) setTick(period time.Duration) {
-	vm.f.logger.Debug("wasm: tick period set", "worker", vm.worker, "period_ms", period.Milliseconds())
-	vm.stopTick()
+// setTick (re)arms root context r's tick; 0 disables it. Envoy keeps one
+// tick per root context and re-arms the timer after each proxy_on_tick
+// returns, so a slow tick never overlaps.
+func (vm *vmInstance) setTick(r *rootContext, period time.Duration) {
+	r.f.logger.Debug("wasm: tick period set", "worker", vm.worker, "root_context_id", r.id, "period_ms", period.Milliseconds())
+	vm.stopTick(r)
 	if period <= 0 {
 		return
 	}
 	stop := make(chan struct{})
-	vm.tickStop = stop
+	r.tickStop = stop
+	g := vm.g
 	go func() {
-		if !vm.f.waitStarted(stop) {
+		if !g.waitStarted(stop) {
 			return
 		}
 		t := time.NewTimer(period)
@@ -305,7 +455,7 @@ func (vm *vmInstance) setTick(period time.Duration) {
 			select {
 			case <-stop:
 				return
-			case <-vm.f.ctx.Done():
+			case <-g.ctx.Done():
 				return
 			case <-t.C:
 			}
@@ -316,7 +466,7 @@ func (vm *vmInstance) setTick(period time.Duration) {
 				default:
 				}
 				if vm.fnTick != nil {
-					vm.call(vm.f.ctx, rootContextID, vm.fnTick, rootContextID)
+					vm.call(g.ctx, r.id, vm.fnTick, uint64(r.id))
 				}
 			})
 			t.Reset(period)
@@ -324,10 +474,10 @@ func (vm *vmInstance) setTick(period time.Duration) {
 	}()
 }
 
-func (vm *vmInstance) stopTick() {
-	if vm.tickStop != nil {
-		close(vm.tickStop)
-		vm.tickStop = nil
+func (vm *vmInstance) stopTick(r *rootContext) {
+	if r.tickStop != nil {
+		close(r.tickStop)
+		r.tickStop = nil
 	}
 }
 
@@ -340,21 +490,21 @@ func (vm *vmInstance) stopTick() {
 // response started, no cluster manager) is delivered as num_headers=0,
 // body_size=0, num_trailers=0 with proxy_get_status = BROKEN_CONNECTION,
 // "reset", as Envoy's onHttpCallFailure does.
-func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers httpfilter.Headers, body []byte, trailers httpfilter.Headers, timeout time.Duration) {
+func (vm *vmInstance) dispatchHTTPCall(root uint32, token uint32, cluster string, headers httpfilter.Headers, body []byte, trailers httpfilter.Headers, timeout time.Duration) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(vm.f.ctx, timeout)
+		ctx, cancel = context.WithTimeout(vm.g.ctx, timeout)
 	} else {
-		ctx, cancel = context.WithCancel(vm.f.ctx)
+		ctx, cancel = context.WithCancel(vm.g.ctx)
 	}
 	vm.pendingCalls[token] = cancel
-	caller := vm.f.env.Clusters
+	caller := vm.g.env.Clusters
 	go func() {
 		defer cancel()
 		var resp *httpfilter.CallResponse
 		err := errors.New("no cluster manager")
-		if !vm.f.waitStarted(ctx.Done()) {
+		if !vm.g.waitStarted(ctx.Done()) {
 			err = ctx.Err() // closed, or timed out before the listeners were bound
 			if err == nil {
 				err = context.Canceled
@@ -374,14 +524,14 @@ func (vm *vmInstance) dispatchHTTPCall(token uint32, cluster string, headers htt
 				return
 			}
 			if err != nil || resp == nil {
-				vm.f.logger.Debug("wasm: http call failed", "cluster", cluster, "token", token, "err", err)
+				vm.g.logger.Debug("wasm: http call failed", "cluster", cluster, "token", token, "err", err)
 				vm.callStatus, vm.callMessage = uint32(abi.StatusBrokenConnection), "reset"
-				vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token), 0, 0, 0)
+				vm.call(vm.g.ctx, root, vm.fnHTTPRes, uint64(root), uint64(token), 0, 0, 0)
 				vm.callMessage = ""
 				return
 			}
 			vm.httpResp = resp
-			vm.call(vm.f.ctx, rootContextID, vm.fnHTTPRes, rootContextID, uint64(token),
+			vm.call(vm.g.ctx, root, vm.fnHTTPRes, uint64(root), uint64(token),
 				uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers)))
 			vm.httpResp = nil
 		})
@@ -395,9 +545,9 @@ func (vm *vmInstance) queueReady(contextID, token uint32) {
 		if vm.fnQueueReady == nil {
 			return
 		}
-		if contextID != rootContextID && vm.streams[contextID] == nil {
+		if vm.roots[contextID] == nil && vm.streams[contextID] == nil {
 			return
 		}
-		vm.call(vm.f.ctx, contextID, vm.fnQueueReady, uint64(contextID), uint64(token))
+		vm.call(vm.g.ctx, contextID, vm.fnQueueReady, uint64(contextID), uint64(token))
 	})
 }

@@ -216,10 +216,10 @@ func wasiFdstatGet(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 
 func wasiEnvironSizesGet(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 	size := 0
-	for _, e := range vm.f.envVars {
+	for _, e := range vm.g.envVars {
 		size += len(e) + 1
 	}
-	if !vm.putU32(a[0], uint32(len(vm.f.envVars))) || !vm.putU32(a[1], uint32(size)) {
+	if !vm.putU32(a[0], uint32(len(vm.g.envVars))) || !vm.putU32(a[1], uint32(size)) {
 		return errnoFault
 	}
 	return errnoSuccess
@@ -227,7 +227,7 @@ func wasiEnvironSizesGet(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 
 func wasiEnvironGet(vm *vmInstance, _ context.Context, a []uint32) uint32 {
 	arr, buf := a[0], a[1]
-	for _, e := range vm.f.envVars {
+	for _, e := range vm.g.envVars {
 		if !vm.putU32(arr, buf) || !vm.mod.Memory().Write(buf, append([]byte(e), 0)) {
 			return errnoFault
 		}
@@ -340,7 +340,7 @@ func wasiPollOneoff(vm *vmInstance, ctx context.Context, a []uint32) uint32 {
 				// cancelled wait aborts the call instead, as a trap.
 				t.Stop()
 				panic(fmt.Errorf("poll_oneoff: wait cancelled: %w", ctx.Err()))
-			case <-vm.f.ctx.Done():
+			case <-vm.g.ctx.Done():
 				t.Stop()
 				panic(fmt.Errorf("poll_oneoff: wait cancelled: filter factory closed"))
 			}

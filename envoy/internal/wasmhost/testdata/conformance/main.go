@@ -530,7 +530,7 @@ var reqProps = [][]string{
 	{"source", "port"}, {"destination", "address"}, {"destination", "port"}, {"connection", "id"},
 	{"plugin_name"}, {"plugin_root_id"}, {"plugin_vm_id"}, {"xds", "node", "id"}, {"xds", "node", "cluster"},
 	{"node"}, {"xds", "cluster_name"}, {"xds", "route_name"}, {"route_name"}, {"cluster_name"},
-	{"xds", "route_metadata"}, {"route_metadata"},
+	{"xds", "route_metadata"}, {"route_metadata"}, {"metadata"}, {"metadata", "filter_metadata"},
 	{"listener_direction"}, {"no", "such"}, {"my_key"},
 	{"request"}, {"upstream"}, {"xds"}, {"connection_id"}, {"request", "path", "x"}, {"connection", "nope"},
 	{"upstream", "address"}, {"plugin_name", "x"}, {"connection", "mtls"}, {"xds", "nope"},
