@@ -85,6 +85,10 @@ type Service struct {
 
 	prepareSlots chan struct{} // admission control of prepare calls
 	shedLog      periodicLog
+	lateLog      periodicLog // prepares whose directives the deadline undid
+	// stageFault, when set, fails the prepare's transaction at the
+	// directive it is given (tests: a storage failure part-way).
+	stageFault func(index int) error
 
 	// drain: every HTTP request holds it for reading; Close takes it for
 	// writing, so the store closes only after the requests in flight end,
