@@ -66,15 +66,37 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	// A background timer that ended a moment ago has its notice in place
 	// before the reservation reads the session.
 	s.timers.CompleteDue(ctx, sid)
-	if late := s.pastDeadline(req); late > 0 {
+	// One snapshot of what the answer needs: every read transaction waits
+	// for the writes in flight, so under load each one costs a commit.
+	var snap struct {
+		tasks []storage.ClockTask
+		stop  storage.StopMessage
+		sess  storage.Session
+	}
+	serr := s.store.View(func(tx *storage.Tx) error {
+		var err error
+		if snap.tasks, err = tx.Tasks(sid); err != nil {
+			return err
+		}
+		if snap.stop, _, err = tx.StopMessage(sid); err != nil {
+			return err
+		}
+		snap.sess, _, err = tx.Session(sid)
+		return err
+	})
+	late := s.pastDeadline(req)
+	switch {
+	case late > 0 || ctx.Err() != nil:
 		// The filter has given up and failed open; reserving now would
 		// strand the reminders until the reservation expires.
 		s.metrics.LatePrepares.Inc()
-		s.log.Info("prepare after the filter's deadline; no reminders reserved", "request", req.RequestID, "late", late)
-	} else if !s.cfg.DisableClock || !s.cfg.DisableTimers {
+		s.lateLog.note(s, "prepare after the filter's deadline; no reminders reserved", "request", req.RequestID, "late", late)
+	case serr != nil:
+		s.log.Warn("reading the session failed; no reminders injected", "err", serr)
+	case !s.cfg.DisableClock || !s.cfg.DisableTimers:
 		var rs []clock.Reminder
 		var err error
-		rs, pending, err = s.engine.ReserveAndPending(ctx, sid, req.RequestID, now)
+		rs, pending, err = s.engine.ReserveAndPendingFrom(sid, req.RequestID, now, snap.tasks)
 		switch {
 		case errors.Is(err, clock.ErrNoRequestID):
 			s.log.Debug("prepare without request id: no reminders reserved", "session", sid)
@@ -87,12 +109,9 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
-	ans.MayContinue = pending || s.stops.Active(sid) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
-	var err error
-	if ans.Route, err = route.Pinned(s.store, sid); err != nil {
-		s.log.Warn("reading session record failed", "err", err)
-	}
-	ans.Template = s.wantsTemplate(sid)
+	ans.MayContinue = pending || stopmessage.IsActive(snap.stop) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
+	ans.Route = snap.sess.Route
+	ans.Template = s.wantsTemplateGiven(sid, func() (bool, error) { return len(snap.tasks) > 0, serr })
 	return ans
 }
 

@@ -90,8 +90,12 @@ func (m *Messages) Active(sessionID string) bool {
 		return false
 	}
 	st, ok, err := m.store.GetStopMessage(sessionID)
-	return err == nil && ok && st.Text != "" && st.Used < st.MaxRepeats
+	return err == nil && ok && IsActive(st)
 }
+
+// IsActive reports whether a session's stopMessage state can still
+// trigger (used < maxRepeats).
+func IsActive(st storage.StopMessage) bool { return st.Text != "" && st.Used < st.MaxRepeats }
 
 // Consume takes one repeat: it persists used+1 and lastUsedAt in one
 // transaction, so two chains of a session cannot both take the last one
