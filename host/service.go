@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
@@ -83,9 +84,10 @@ type Service struct {
 	// onChange is told a session's state changed (live views).
 	onChange func(sid string)
 
-	prepareSlots chan struct{} // admission control of prepare calls
-	shedLog      periodicLog
-	lateLog      periodicLog // prepares whose directives the deadline undid
+	prepareSlots   chan struct{} // admission control of prepare calls
+	prepareWaiting atomic.Int64  // calls waiting for a slot
+	shedLog        periodicLog
+	lateLog        periodicLog // prepares whose directives the deadline undid
 	// stageFault, when set, fails the prepare's transaction at the
 	// directive it is given (tests: a storage failure part-way).
 	stageFault func(index int) error
