@@ -166,23 +166,7 @@ func (s *Service) armHeartbeat(sid string) {
 	s.sched.SetHeartbeat(sid, hb.Every, s.now().Add(hb.Every))
 }
 
-// applyHeartbeatDirective is <**heartbeat:"30m"**> / <**heartbeat:off**>
-// in its own transaction; see stageHeartbeatDirective.
-func (s *Service) applyHeartbeatDirective(sid string, d hostapi.HostDirective) error {
-	var after func()
-	err := s.store.Update(func(tx *storage.Tx) error {
-		var err error
-		after, err = s.stageHeartbeatDirective(tx, sid, d)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	after()
-	return nil
-}
-
-// stageHeartbeatDirective writes a heartbeat directive within the caller's
+// stageHeartbeatDirective writes <**heartbeat:"30m"**> / <**heartbeat:off**> within the caller's
 // transaction and returns what re-arms the in-memory scheduler, to run
 // only after the transaction committed. A bad interval is refused
 // (directive.IsRejected) before anything is written.
