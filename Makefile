@@ -80,6 +80,7 @@ bench: wasm
 	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
 	$(GO) test -run '^$$' -bench Prepare10kSessions -benchtime 2000x ./host/
 	$(GO) test -run '^$$' -bench AbuseDirectives -benchtime 5000x -timeout 30m ./host/
+	$(GO) test -run '^$$' -bench PrepareConcurrentStopMessage -benchtime 3x ./host/
 	$(GO) test -run '^$$' -bench Cron10k -benchtime 1x ./host/cron/
 
 clean:

@@ -1,11 +1,13 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
@@ -99,7 +101,7 @@ func TestPrepareAbuseHeapStaysFlat(t *testing.T) {
 // (docs/failures.md).
 func TestPrepareShedsWhenBusy(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, func(c *Config) { c.MaxConcurrentPrepares = 1 })
+	f := newFixture(t, func(c *Config) { c.MaxConcurrentPrepares = 1; c.PrepareQueueWait = -1 })
 	f.svc.prepareSlots <- struct{}{} // one prepare in flight
 	rec := f.do(t, http.MethodPost, hostapi.PathPrepare, testToken, hostapi.PrepareRequest{RequestID: "r", SessionID: "s"})
 	if rec.Code != http.StatusServiceUnavailable {
@@ -165,4 +167,39 @@ func BenchmarkAbuseDirectives(b *testing.B) {
 	ratio := float64(after) / float64(before)
 	fmt.Printf("\nabuse: %d requests of 2 000 directives: heap %d KB before, %d KB after, %.2f×\n", b.N, before>>10, after>>10, ratio)
 	b.ReportMetric(ratio, "heap-ratio")
+}
+
+// TestPrepareWaitsForASlot: past MaxConcurrentPrepares a call waits up to
+// PrepareQueueWait for a slot: it is served when one frees in time, and
+// shed with 503 once the wait is over.
+func TestPrepareWaitsForASlot(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.MaxConcurrentPrepares = 1; c.PrepareQueueWait = 50 * time.Millisecond })
+	f.svc.prepareSlots <- struct{}{} // one prepare in flight
+	codes := make(chan int, 1)
+	send := func() {
+		go func() {
+			codes <- f.do(t, http.MethodPost, hostapi.PathPrepare, testToken, hostapi.PrepareRequest{RequestID: "r", SessionID: "s"}).Code
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.clk.BlockUntilContext(ctx, 1); err != nil { // the call waits on its timer
+			t.Fatal(err)
+		}
+	}
+	send()
+	<-f.svc.prepareSlots // the prepare in flight ends within the wait
+	if code := <-codes; code != http.StatusOK {
+		t.Fatalf("a slot freed within the wait: %d, want 200", code)
+	}
+	f.svc.prepareSlots <- struct{}{}
+	send()
+	f.clk.Advance(50 * time.Millisecond)
+	if code := <-codes; code != http.StatusServiceUnavailable {
+		t.Fatalf("no slot within the wait: %d, want 503", code)
+	}
+	<-f.svc.prepareSlots
+	if got := scrape(t, f)["chime_prepare_shed_total"]; got != 1 {
+		t.Fatalf("chime_prepare_shed_total = %v, want 1", got)
+	}
 }

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -30,3 +31,47 @@ func (l *periodicLog) note(s *Service, msg string, args ...any) {
 	l.mu.Unlock()
 	s.log.Info(msg, append(args, "count", n)...)
 }
+
+// DefaultPrepareQueueWait is how long a prepare call waits for a free slot
+// when MaxConcurrentPrepares are in flight (Config.PrepareQueueWait):
+// half the filter's default prepareTimeoutMs (200 ms), so a call that
+// gets a slot late still has time to be served, and one that does not is
+// shed while the filter still waits, not after it gave up.
+const DefaultPrepareQueueWait = 100 * time.Millisecond
+
+// maxPrepareWaitersPerSlot bounds the calls waiting for a slot; past it
+// a call is shed at once. A waiting call has not read its body yet, so it
+// holds a goroutine and a connection buffer, no more.
+const maxPrepareWaitersPerSlot = 16
+
+// admitPrepare takes a prepare slot, waiting at most PrepareQueueWait
+// (first come, first served) while the caller is still there. It reports
+// false when the call must be shed; otherwise the caller frees the slot
+// with releasePrepare.
+func (s *Service) admitPrepare(ctx context.Context) bool {
+	select {
+	case s.prepareSlots <- struct{}{}:
+		return true
+	default:
+	}
+	if s.cfg.PrepareQueueWait <= 0 {
+		return false
+	}
+	if n := s.prepareWaiting.Add(1); n > int64(maxPrepareWaitersPerSlot*cap(s.prepareSlots)) {
+		s.prepareWaiting.Add(-1)
+		return false
+	}
+	defer s.prepareWaiting.Add(-1)
+	t := s.clock.NewTimer(s.cfg.PrepareQueueWait)
+	defer t.Stop()
+	select {
+	case s.prepareSlots <- struct{}{}:
+		return true
+	case <-t.Chan():
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Service) releasePrepare() { <-s.prepareSlots }

@@ -110,6 +110,10 @@ type Config struct {
 	// past it prepare answers 503 at once and the filter fails open
 	// (default DefaultMaxConcurrentPrepares; docs/failures.md).
 	MaxConcurrentPrepares int
+	// PrepareQueueWait is how long a prepare call past MaxConcurrentPrepares
+	// waits for a slot before it is shed (default DefaultPrepareQueueWait;
+	// negative: shed at once).
+	PrepareQueueWait time.Duration
 	// DashboardHosts are Host names, besides localhost and loopback IPs,
 	// under which the dashboard API answers loopback callers without the
 	// token (dashboardHosts; docs/failures.md, DNS rebinding). Lower case, no port.
@@ -282,6 +286,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrentPrepares <= 0 {
 		c.MaxConcurrentPrepares = DefaultMaxConcurrentPrepares
+	}
+	if c.PrepareQueueWait == 0 {
+		c.PrepareQueueWait = DefaultPrepareQueueWait
 	}
 	c.Clock = timesource.OrReal(c.Clock)
 	return c

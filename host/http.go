@@ -192,18 +192,16 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 const maxPrepareBody = 256 << 10
 
 func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
-	// Admission control (docs/failures.md): past MaxConcurrentPrepares the host
-	// answers at once, so the filter fails open early instead of timing
-	// out late with half the work done.
-	select {
-	case s.prepareSlots <- struct{}{}:
-		defer func() { <-s.prepareSlots }()
-	default:
+	// Admission control (docs/failures.md): past MaxConcurrentPrepares a
+	// call waits briefly for a slot, then the host answers 503, so the
+	// filter fails open early instead of timing out late.
+	if !s.admitPrepare(r.Context()) {
 		s.metrics.PrepareShed.Inc()
 		s.shedLog.note(s, "prepare shed: too many in flight; the filter fails open", "inFlight", cap(s.prepareSlots))
 		writeError(w, http.StatusServiceUnavailable, "host busy: too many prepare calls in flight")
 		return
 	}
+	defer s.releasePrepare()
 	var req hostapi.PrepareRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrepareBody))
 	err := dec.Decode(&req)
@@ -218,6 +216,14 @@ func (s *Service) handlePrepare(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return
+	}
+	if r.Context().Err() != nil {
+		// The filter stopped waiting while this call queued: it failed
+		// open and keeps the directives; no work for nobody.
+		s.metrics.LatePrepares.Inc()
+		s.lateLog.note(s, "prepare after the filter's deadline; no reminders reserved", "request", req.RequestID)
+		writeError(w, http.StatusServiceUnavailable, "the caller has gone")
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Prepare(r.Context(), req))

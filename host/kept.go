@@ -12,17 +12,16 @@ import (
 // request: its id and previous_response_id, so the applied-once digest is
 // the one the original prepare would have claimed, and a directive that
 // did reach the host then is not applied twice.
-func (s *Service) applyKept(ctx context.Context, sid string, k hostapi.KeptDirectives, now time.Time) {
-	req := hostapi.PrepareRequest{RequestID: k.RequestID, SessionID: sid, PreviousResponseID: k.PreviousResponseID}
+func (s *Service) applyKept(ctx context.Context, sid string, k hostapi.KeptDirectives, now time.Time, deadlineMs int64) {
+	req := hostapi.PrepareRequest{RequestID: k.RequestID, SessionID: sid, PreviousResponseID: k.PreviousResponseID, DeadlineMs: deadlineMs}
 	applied := 0
-	for i, d := range k.Directives {
-		kind := directiveLabel(d.Kind)
-		ok, err := s.applyOnce(ctx, sid, req, d, now)
+	for i, r := range s.applyDirectives(ctx, sid, req, k.Directives, now) {
+		kind := directiveLabel(k.Directives[i].Kind)
 		switch {
-		case err != nil:
+		case r.err != nil:
 			s.metrics.DirectiveErrors.WithLabelValues(kind).Inc()
-			s.log.Debug("kept directive skipped", "kind", kind, "index", i, "request", k.RequestID, "err", err)
-		case !ok:
+			s.log.Debug("kept directive skipped", "kind", kind, "index", i, "request", k.RequestID, "err", r.err)
+		case r.duplicate:
 			s.metrics.DirectiveDuplicates.WithLabelValues(kind).Inc()
 		default:
 			applied++

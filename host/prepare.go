@@ -6,12 +6,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/host/route"
+	"github.com/chimehq/chime/host/stopmessage"
 	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/storage"
 )
 
 var errNoSession = errors.New("no session id on the request")
@@ -35,22 +38,22 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 		defer s.events.Publish(sid)
 	}
 	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
-		s.applyKept(ctx, sid, k, now)
+		s.applyKept(ctx, sid, k, now, req.DeadlineMs)
 	}
 	if n := len(req.Directives) - MaxDirectivesPerRequest; n > 0 {
 		s.metrics.DirectivesIgnored.Add(float64(n))
 		s.log.Info("directives over the per-request cap ignored", "request", req.RequestID, "cap", MaxDirectivesPerRequest, "ignored", n)
 		req.Directives = req.Directives[:MaxDirectivesPerRequest]
 	}
-	for i, d := range req.Directives {
+	for i, r := range s.applyDirectives(ctx, sid, req, req.Directives, now) {
+		d := req.Directives[i]
 		kind := directiveLabel(d.Kind)
-		applied, err := s.applyOnce(ctx, sid, req, d, now)
 		switch {
-		case err != nil:
+		case r.err != nil:
 			s.metrics.DirectiveErrors.WithLabelValues(kind).Inc()
 			// The error can quote directive text: debug only.
-			s.log.Debug("directive skipped", "kind", kind, "index", i, "request", req.RequestID, "err", err)
-		case !applied:
+			s.log.Debug("directive skipped", "kind", kind, "index", i, "request", req.RequestID, "err", r.err)
+		case r.duplicate:
 			// A resent or retried message: already applied, not an error.
 			s.metrics.DirectiveDuplicates.WithLabelValues(kind).Inc()
 			s.log.Debug("directive already applied", "kind", kind, "index", i, "position", d.Position, "request", req.RequestID)
@@ -65,15 +68,37 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	// A background timer that ended a moment ago has its notice in place
 	// before the reservation reads the session.
 	s.timers.CompleteDue(ctx, sid)
-	if late := s.pastDeadline(req); late > 0 {
+	// One snapshot of what the answer needs: every read transaction waits
+	// for the writes in flight, so under load each one costs a commit.
+	var snap struct {
+		tasks []storage.ClockTask
+		stop  storage.StopMessage
+		sess  storage.Session
+	}
+	serr := s.store.View(func(tx *storage.Tx) error {
+		var err error
+		if snap.tasks, err = tx.Tasks(sid); err != nil {
+			return err
+		}
+		if snap.stop, _, err = tx.StopMessage(sid); err != nil {
+			return err
+		}
+		snap.sess, _, err = tx.Session(sid)
+		return err
+	})
+	late := s.pastDeadline(req)
+	switch {
+	case late > 0 || ctx.Err() != nil:
 		// The filter has given up and failed open; reserving now would
 		// strand the reminders until the reservation expires.
 		s.metrics.LatePrepares.Inc()
-		s.log.Info("prepare after the filter's deadline; no reminders reserved", "request", req.RequestID, "late", late)
-	} else if !s.cfg.DisableClock || !s.cfg.DisableTimers {
+		s.lateLog.note(s, "prepare after the filter's deadline; no reminders reserved", "request", req.RequestID, "late", late)
+	case serr != nil:
+		s.log.Warn("reading the session failed; no reminders injected", "err", serr)
+	case !s.cfg.DisableClock || !s.cfg.DisableTimers:
 		var rs []clock.Reminder
 		var err error
-		rs, pending, err = s.engine.ReserveAndPending(ctx, sid, req.RequestID, now)
+		rs, pending, err = s.engine.ReserveAndPendingFrom(sid, req.RequestID, now, snap.tasks)
 		switch {
 		case errors.Is(err, clock.ErrNoRequestID):
 			s.log.Debug("prepare without request id: no reminders reserved", "session", sid)
@@ -86,12 +111,9 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 			s.log.Info("reminders reserved", "request", req.RequestID, "count", len(rs))
 		}
 	}
-	ans.MayContinue = pending || s.stops.Active(sid) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
-	var err error
-	if ans.Route, err = route.Pinned(s.store, sid); err != nil {
-		s.log.Warn("reading session record failed", "err", err)
-	}
-	ans.Template = s.wantsTemplate(sid)
+	ans.MayContinue = pending || stopmessage.IsActive(snap.stop) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
+	ans.Route = snap.sess.Route
+	ans.Template = s.wantsTemplateGiven(sid, func() (bool, error) { return len(snap.tasks) > 0, serr })
 	return ans
 }
 
@@ -109,28 +131,110 @@ func (s *Service) pastDeadline(req hostapi.PrepareRequest) time.Duration {
 	return max(late, 0)
 }
 
-// applyOnce applies d unless the session already applied the same
-// directive at the same position (docs/directives.md#applied-once). It claims the
-// directive's digest before applying it, so two copies of one request
-// racing each other apply it once, and releases the claim when applying
-// fails, so a later request may try again. It reports false, nil for a
-// duplicate.
-func (s *Service) applyOnce(ctx context.Context, sid string, req hostapi.PrepareRequest, d hostapi.HostDirective, now time.Time) (bool, error) {
+// directiveResult is what became of one directive of a request.
+type directiveResult struct {
+	duplicate bool  // applied before at its position: skipped
+	err       error // not applied
+}
+
+// errPastDeadline aborts a prepare's directives when the filter has given
+// up on the call (its deadline passed, or it went away): the filter failed
+// open and keeps them for the session's next prepare.
+var errPastDeadline = errors.New("the filter's deadline passed before the directives were applied; none applied (the filter keeps them for the session's next request)")
+
+// applyDirectives applies the directives of one request atomically: every
+// one of them, and the claims of their digests (docs/directives.md#applied-once),
+// in one storage transaction, or none. A directive refused for its own
+// content (directive.IsRejected) is skipped and not claimed, so a later
+// copy is tried again; a duplicate is skipped. A storage failure, or the
+// filter's deadline passing, undoes them all. What re-arms in-memory state
+// (the scheduler) runs only after the commit. The result has one entry
+// per directive.
+func (s *Service) applyDirectives(ctx context.Context, sid string, req hostapi.PrepareRequest, ds []hostapi.HostDirective, now time.Time) []directiveResult {
+	out := make([]directiveResult, len(ds))
+	if len(ds) == 0 {
+		return out
+	}
 	if sid == "" {
-		return false, errNoSession
-	}
-	digest := directiveDigest(d, req.PreviousResponseID)
-	claimed, err := s.store.ClaimDirective(sid, digest)
-	if err != nil || !claimed {
-		return false, err
-	}
-	if err := s.applyDirective(ctx, sid, req.RequestID, d, now); err != nil {
-		if rerr := s.store.ReleaseDirective(sid, digest); rerr != nil {
-			s.log.Warn("forgetting a failed directive failed; it will not be retried", "err", rerr)
+		for i := range out {
+			out[i].err = errNoSession
 		}
-		return false, err
+		return out
 	}
-	return true, nil
+	var after []func()
+	stage := func(tx *storage.Tx) error {
+		clear(out)
+		after = after[:0]
+		claims, err := tx.DirectiveClaims(sid)
+		if err != nil {
+			return err
+		}
+		for i, d := range ds {
+			if err := s.inTime(ctx, req); err != nil {
+				return err
+			}
+			if s.stageFault != nil {
+				if err := s.stageFault(i); err != nil {
+					return err
+				}
+			}
+			digest := directiveDigest(d, req.PreviousResponseID)
+			if claims.Has(digest) {
+				out[i].duplicate = true
+				continue
+			}
+			hook, err := s.stageDirective(ctx, tx, sid, req.RequestID, d, now)
+			if directive.IsRejected(err) {
+				out[i].err = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			claims.Claim(digest)
+			if hook != nil {
+				after = append(after, hook)
+			}
+		}
+		if err := claims.Save(tx); err != nil {
+			return err
+		}
+		return s.inTime(ctx, req) // the last moment to give up cleanly
+	}
+	update := func() error { return s.store.Update(stage) }
+	if slices.ContainsFunc(ds, func(d hostapi.HostDirective) bool {
+		return d.Kind == hostapi.DirectiveClock || d.Kind == hostapi.DirectiveClockClear
+	}) {
+		// Clock directives read-modify-write the session's tasks: serialize
+		// with the engine as its own writes are.
+		update = func() error { return s.engine.Exclusive(func() error { return s.store.Update(stage) }) }
+	}
+	if err := update(); err != nil {
+		if errors.Is(err, errPastDeadline) {
+			s.lateLog.note(s, "prepare past the filter's deadline: its directives were not applied; the filter keeps them", "request", req.RequestID)
+		} else {
+			s.log.Warn("applying a request's directives failed; none applied", "request", req.RequestID, "directives", len(ds), "err", err)
+		}
+		for i := range out {
+			if !out[i].duplicate && out[i].err == nil {
+				out[i].err = err
+			}
+		}
+		return out
+	}
+	for _, f := range after {
+		f()
+	}
+	return out
+}
+
+// inTime fails with errPastDeadline once the filter no longer waits for
+// the call.
+func (s *Service) inTime(ctx context.Context, req hostapi.PrepareRequest) error {
+	if ctx.Err() != nil || s.pastDeadline(req) > 0 {
+		return errPastDeadline
+	}
+	return nil
 }
 
 // directiveDigest identifies a directive at its position: SHA-256 over its
@@ -149,25 +253,24 @@ func directiveDigest(d hostapi.HostDirective, previousResponseID string) string 
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// applyDirective hands one directive to the feature that owns its kind
-// (docs/directives.md); every write is synchronous (docs/clock-tool.md#persistence).
-func (s *Service) applyDirective(ctx context.Context, sid, requestID string, d hostapi.HostDirective, now time.Time) error {
-	if sid == "" {
-		return errNoSession
-	}
+// stageDirective hands one directive to the feature that owns its kind
+// (docs/directives.md), to be written within tx; it returns what to run
+// after the commit, if anything.
+func (s *Service) stageDirective(ctx context.Context, tx *storage.Tx, sid, requestID string, d hostapi.HostDirective, now time.Time) (func(), error) {
 	switch d.Kind {
 	case hostapi.DirectiveStopMessage, hostapi.DirectiveStopMessageClear:
-		return s.stops.ApplyDirective(sid, d, now)
+		return nil, stopmessage.Stage(tx, sid, d, now)
 	case hostapi.DirectiveClock, hostapi.DirectiveClockClear:
-		err := s.engine.ApplyDirective(ctx, sid, requestID, d)
-		s.noteTasksChanged(ctx, sid)
-		return err
+		if err := s.engine.StageDirective(ctx, tx, sid, requestID, d); err != nil {
+			return nil, err
+		}
+		return func() { s.noteTasksChanged(ctx, sid) }, nil
 	case hostapi.DirectiveRoute, hostapi.DirectiveRouteClear:
-		return route.ApplyDirective(s.store, sid, d, now)
+		return nil, route.Stage(tx, sid, d, now)
 	case hostapi.DirectiveHeartbeat, hostapi.DirectiveHeartbeatOff:
-		return s.applyHeartbeatDirective(sid, d)
+		return s.stageHeartbeatDirective(tx, sid, d)
 	}
-	return fmt.Errorf("unknown directive kind %q", d.Kind)
+	return nil, directive.Rejectf("unknown directive kind %q", d.Kind)
 }
 
 // directiveLabel bounds the metric label set to the known kinds.

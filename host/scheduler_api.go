@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/host/scheduler"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/storage"
@@ -165,23 +166,34 @@ func (s *Service) armHeartbeat(sid string) {
 	s.sched.SetHeartbeat(sid, hb.Every, s.now().Add(hb.Every))
 }
 
-// applyHeartbeatDirective is <**heartbeat:"30m"**> / <**heartbeat:off**>.
-func (s *Service) applyHeartbeatDirective(sid string, d hostapi.HostDirective) error {
-	rec, _, err := s.storedHeartbeat(sid)
-	if err != nil {
-		return err
-	}
-	switch d.Kind {
-	case hostapi.DirectiveHeartbeatOff:
-		rec.Enabled = false
-	default:
+// stageHeartbeatDirective writes <**heartbeat:"30m"**> / <**heartbeat:off**> within the caller's
+// transaction and returns what re-arms the in-memory scheduler, to run
+// only after the transaction committed. A bad interval is refused
+// (directive.IsRejected) before anything is written.
+func (s *Service) stageHeartbeatDirective(tx *storage.Tx, sid string, d hostapi.HostDirective) (func(), error) {
+	if d.Kind != hostapi.DirectiveHeartbeatOff {
 		every := time.Duration(d.EveryMs) * time.Millisecond
 		if every < scheduler.MinEvery || every > scheduler.MaxEvery {
-			return errors.New("heartbeat interval out of range")
+			return nil, directive.Reject(errors.New("heartbeat interval out of range"))
 		}
+	}
+	rec, _, err := tx.Heartbeat(sid)
+	if err != nil {
+		return nil, err
+	}
+	if d.Kind == hostapi.DirectiveHeartbeatOff {
+		rec.Enabled = false
+	} else {
 		rec.Enabled, rec.EveryMs = true, d.EveryMs
 	}
-	return s.setHeartbeat(sid, &rec)
+	rec.SessionID, rec.UpdatedAt = sid, s.now().UnixMilli()
+	if err := tx.PutHeartbeat(rec); err != nil {
+		return nil, err
+	}
+	return func() {
+		s.armHeartbeat(sid)
+		s.changed(sid)
+	}, nil
 }
 
 func (s *Service) handleRuns(w http.ResponseWriter, r *http.Request, includeText bool) {

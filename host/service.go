@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
@@ -82,8 +83,13 @@ type Service struct {
 	wake     wakeState
 	wakeHTTP *http.Client
 
-	prepareSlots chan struct{} // admission control of prepare calls
-	shedLog      periodicLog
+	prepareSlots   chan struct{} // admission control of prepare calls
+	prepareWaiting atomic.Int64  // calls waiting for a slot
+	shedLog        periodicLog
+	lateLog        periodicLog // prepares whose directives the deadline undid
+	// stageFault, when set, fails the prepare's transaction at the
+	// directive it is given (tests: a storage failure part-way).
+	stageFault func(index int) error
 
 	// drain: every HTTP request holds it for reading; Close takes it for
 	// writing, so the store closes only after the requests in flight end,

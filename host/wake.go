@@ -98,6 +98,12 @@ func (s *Service) RequestWake(sid string, reason scheduler.Reason) {
 // are worth keeping as its template: its heartbeat is on, or it has
 // queued events, clock tasks or live timers, or it was woken before.
 func (s *Service) wantsTemplate(sid string) bool {
+	return s.wantsTemplateGiven(sid, func() (bool, error) { return s.store.HasTasks(sid) })
+}
+
+// wantsTemplateGiven is wantsTemplate with the session's has-tasks read
+// supplied (the prepare call has read the session already).
+func (s *Service) wantsTemplateGiven(sid string, hasTasks func() (bool, error)) bool {
 	if s.cfg.Wake.Disabled || sid == "" {
 		return false
 	}
@@ -113,7 +119,7 @@ func (s *Service) wantsTemplate(sid string) bool {
 	if s.cron.HasJobs(sid) { // a cron job will wake it (docs/cron.md)
 		return true
 	}
-	has, err := s.store.HasTasks(sid)
+	has, err := hasTasks()
 	return err == nil && has
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/storage"
 )
@@ -41,26 +42,33 @@ func (e *Engine) ApplyClear(ctx context.Context, sessionID string) (int, error) 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	// Notices are not the model's tasks: clearing reminders keeps them.
 	n := 0
 	err := e.store.Update(func(tx *storage.Tx) error {
-		n = 0
-		ts, err := tx.Tasks(sessionID)
-		if err != nil {
-			return err
-		}
-		for _, t := range ts {
-			if t.Notice != "" {
-				continue
-			}
-			if _, err := tx.DeleteTask(sessionID, t.TaskID); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
+		var err error
+		n, err = stageClear(tx, sessionID)
+		return err
 	})
 	return n, err
+}
+
+// stageClear deletes the session's tasks within tx. Notices are not the
+// model's tasks: clearing reminders keeps them.
+func stageClear(tx *storage.Tx, sessionID string) (int, error) {
+	ts, err := tx.Tasks(sessionID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range ts {
+		if t.Notice != "" {
+			continue
+		}
+		if _, err := tx.DeleteTask(sessionID, t.TaskID); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // ScheduleFromDirective schedules what the user wrote in
@@ -71,24 +79,80 @@ func (e *Engine) ScheduleFromDirective(ctx context.Context, sessionID, requestID
 	if sessionID == "" {
 		return nil, ErrNoSession
 	}
-	raw := bytes.TrimSpace([]byte(payload))
-	var items []itemArg
-	if len(raw) > 0 && raw[0] == '[' {
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, fmt.Errorf("clock directive: not a JSON array of tasks: %w", err)
-		}
-	} else {
-		var it itemArg
-		if err := json.Unmarshal(raw, &it); err != nil {
-			return nil, fmt.Errorf("clock directive: not a JSON object like {\"dueAt\":\"2026-01-21T20:30:00-08:00\",\"task\":\"…\"}: %w", err)
-		}
-		items = []itemArg{it}
+	items, err := directiveItems(payload)
+	if err != nil {
+		return nil, err
 	}
 	out, _, terr := e.schedule(ctx, sessionID, requestID, items)
 	if terr != nil {
 		return nil, fmt.Errorf("clock directive: %w", terr)
 	}
 	return out, nil
+}
+
+// directiveItems parses a clock directive's payload: one item or an array.
+func directiveItems(payload string) ([]itemArg, error) {
+	raw := bytes.TrimSpace([]byte(payload))
+	var items []itemArg
+	if len(raw) > 0 && raw[0] == '[' {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, fmt.Errorf("clock directive: not a JSON array of tasks: %w", err)
+		}
+		return items, nil
+	}
+	var it itemArg
+	if err := json.Unmarshal(raw, &it); err != nil {
+		return nil, fmt.Errorf("clock directive: not a JSON object like {\"dueAt\":\"2026-01-21T20:30:00-08:00\",\"task\":\"…\"}: %w", err)
+	}
+	return []itemArg{it}, nil
+}
+
+// StageDirective writes a clock or clock:clear directive within the
+// caller's transaction (the prepare call applies all directives of a
+// request in one). A bad directive, or one the session has no room for,
+// is refused (directive.IsRejected) before anything is written. The
+// caller serializes it with the engine's other writes (Exclusive).
+func (e *Engine) StageDirective(ctx context.Context, tx *storage.Tx, sessionID, requestID string, d hostapi.HostDirective) error {
+	if sessionID == "" {
+		return directive.Reject(ErrNoSession)
+	}
+	switch d.Kind {
+	case hostapi.DirectiveClockClear:
+		_, err := stageClear(tx, sessionID)
+		return err
+	case hostapi.DirectiveClock:
+		if d.Clock == nil {
+			return directive.Rejectf("clock directive without a task")
+		}
+		payload, err := json.Marshal(d.Clock)
+		if err != nil {
+			return directive.Reject(err)
+		}
+		items, err := directiveItems(string(payload))
+		if err != nil {
+			return directive.Reject(err)
+		}
+		now := e.now()
+		valid, terr := e.validateItems(items, now)
+		if terr != nil {
+			return directive.Reject(fmt.Errorf("clock directive: %w", terr))
+		}
+		_, _, err = e.stageSchedule(ctx, tx, sessionID, requestID, valid, now)
+		var te *toolError
+		if errors.As(err, &te) {
+			return directive.Reject(fmt.Errorf("clock directive: %w", te))
+		}
+		return err
+	}
+	return directive.Rejectf("clock: %q is not a clock directive", d.Kind)
+}
+
+// Exclusive runs fn, which stages clock directives, serialized with the
+// engine's own read-modify-writes of tasks.
+func (e *Engine) Exclusive(fn func() error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return fn()
 }
 
 // IsStorageFailure reports whether err (from ScheduleFromDirective) came

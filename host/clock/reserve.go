@@ -57,6 +57,19 @@ func (e *Engine) ReserveAndPending(ctx context.Context, sessionID, requestID str
 	if err != nil {
 		return nil, false, err
 	}
+	return e.ReserveAndPendingFrom(sessionID, requestID, now, tasks)
+}
+
+// ReserveAndPendingFrom is ReserveAndPending with the session's tasks
+// already read (the prepare call reads the session in one snapshot); the
+// reservation itself re-reads them under the lock.
+func (e *Engine) ReserveAndPendingFrom(sessionID, requestID string, now time.Time, tasks []storage.ClockTask) ([]Reminder, bool, error) {
+	if sessionID == "" {
+		return nil, false, nil
+	}
+	if requestID == "" {
+		return nil, false, ErrNoRequestID
+	}
 	pending := slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.pendingForChain(t, requestID, now) })
 	if !slices.ContainsFunc(tasks, func(t storage.ClockTask) bool { return e.injectable(t, requestID, now) }) {
 		return nil, pending, nil

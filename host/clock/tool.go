@@ -206,65 +206,20 @@ func (e *Engine) scheduleAction(ctx context.Context, sessionID, requestID string
 // schedule validates every item first, then writes them all in one
 // synchronous transaction (all or nothing).
 func (e *Engine) schedule(ctx context.Context, sessionID, requestID string, items []itemArg) ([]Scheduled, string, *toolError) {
-	if len(items) == 0 {
-		return nil, "", badInput("schedule needs at least one entry in items[] with dueAt and task")
-	}
-	if len(items) > maxItemsPerCall {
-		return nil, "", badInput("at most %d items per schedule call, got %d", maxItemsPerCall, len(items))
-	}
 	now := e.now()
-	valid := make([]newTask, 0, len(items))
-	for i, it := range items {
-		nt, terr := e.validateItem(i, it, now)
-		if terr != nil {
-			return nil, "", terr
-		}
-		valid = append(valid, nt)
+	valid, terr := e.validateItems(items, now)
+	if terr != nil {
+		return nil, "", terr
 	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Scheduled
-	var warnings []string
+	var warning string
 	err := e.store.Update(func(tx *storage.Tx) error {
-		out, warnings = nil, nil
-		existing, err := tx.Tasks(sessionID)
-		if err != nil {
-			return err
-		}
-		live := existing[:0:0]
-		for _, t := range existing {
-			if !e.isExpired(t, now) && t.Notice == "" {
-				live = append(live, t)
-			}
-		}
-		if len(live)+len(valid) > e.cfg.MaxTasks {
-			return badInput("this session already has %d tasks; at most %d are allowed. Cancel or clear some first", len(live), e.cfg.MaxTasks)
-		}
-		for _, nt := range valid {
-			t := e.buildTask(ctx, sessionID, requestID, nt, now)
-			for {
-				_, taken, err := tx.Task(sessionID, t.TaskID)
-				if err != nil {
-					return err
-				}
-				if !taken {
-					break
-				}
-				t.TaskID = newTaskID()
-			}
-			for _, other := range live {
-				if w := e.nearDuplicate(t, other); w != "" {
-					warnings = append(warnings, w)
-				}
-			}
-			if err := tx.PutTask(t); err != nil {
-				return err
-			}
-			live = append(live, t)
-			out = append(out, Scheduled{TaskID: t.TaskID, DueAt: formatDue(e.dueTime(t)), Task: t.Task})
-		}
-		return touchSession(tx, sessionID, now)
+		var err error
+		out, warning, err = e.stageSchedule(ctx, tx, sessionID, requestID, valid, now)
+		return err
 	})
 	if err != nil {
 		var te *toolError
@@ -273,7 +228,71 @@ func (e *Engine) schedule(ctx context.Context, sessionID, requestID string, item
 		}
 		return nil, "", storageFailure(err)
 	}
-	return out, strings.Join(warnings, "; "), nil
+	return out, warning, nil
+}
+
+// validateItems checks every item of a schedule call before anything is
+// written.
+func (e *Engine) validateItems(items []itemArg, now time.Time) ([]newTask, *toolError) {
+	if len(items) == 0 {
+		return nil, badInput("schedule needs at least one entry in items[] with dueAt and task")
+	}
+	if len(items) > maxItemsPerCall {
+		return nil, badInput("at most %d items per schedule call, got %d", maxItemsPerCall, len(items))
+	}
+	valid := make([]newTask, 0, len(items))
+	for i, it := range items {
+		nt, terr := e.validateItem(i, it, now)
+		if terr != nil {
+			return nil, terr
+		}
+		valid = append(valid, nt)
+	}
+	return valid, nil
+}
+
+// stageSchedule writes validated tasks within tx. It returns a *toolError
+// (the session is full) before writing anything, or a storage error.
+func (e *Engine) stageSchedule(ctx context.Context, tx *storage.Tx, sessionID, requestID string, valid []newTask, now time.Time) ([]Scheduled, string, error) {
+	var out []Scheduled
+	var warnings []string
+	existing, err := tx.Tasks(sessionID)
+	if err != nil {
+		return nil, "", err
+	}
+	live := existing[:0:0]
+	for _, t := range existing {
+		if !e.isExpired(t, now) && t.Notice == "" {
+			live = append(live, t)
+		}
+	}
+	if len(live)+len(valid) > e.cfg.MaxTasks {
+		return nil, "", badInput("this session already has %d tasks; at most %d are allowed. Cancel or clear some first", len(live), e.cfg.MaxTasks)
+	}
+	for _, nt := range valid {
+		t := e.buildTask(ctx, sessionID, requestID, nt, now)
+		for {
+			_, taken, err := tx.Task(sessionID, t.TaskID)
+			if err != nil {
+				return nil, "", err
+			}
+			if !taken {
+				break
+			}
+			t.TaskID = newTaskID()
+		}
+		for _, other := range live {
+			if w := e.nearDuplicate(t, other); w != "" {
+				warnings = append(warnings, w)
+			}
+		}
+		if err := tx.PutTask(t); err != nil {
+			return nil, "", err
+		}
+		live = append(live, t)
+		out = append(out, Scheduled{TaskID: t.TaskID, DueAt: formatDue(e.dueTime(t)), Task: t.Task})
+	}
+	return out, strings.Join(warnings, "; "), touchSession(tx, sessionID, now)
 }
 
 func touchSession(tx *storage.Tx, sessionID string, now time.Time) error {

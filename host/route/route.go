@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/storage"
 )
@@ -34,21 +35,44 @@ func Check(r string) error {
 }
 
 // ApplyDirective pins (route) or unpins (route:clear) the session's route
-// on its record, creating the record if needed; the write is synchronous.
+// on its record, creating the record if needed, in its own synchronous
+// transaction; see Stage.
 func ApplyDirective(store *storage.Store, sessionID string, d hostapi.HostDirective, now time.Time) error {
 	if sessionID == "" {
 		return ErrNoSession
 	}
+	if err := check(d); err != nil {
+		return err
+	}
+	return store.Update(func(tx *storage.Tx) error { return Stage(tx, sessionID, d, now) })
+}
+
+// Stage writes a route or route:clear directive within the caller's
+// transaction (the prepare call applies all directives of a request in
+// one). A bad directive is refused (directive.IsRejected) before anything
+// is written.
+func Stage(tx *storage.Tx, sessionID string, d hostapi.HostDirective, now time.Time) error {
+	if sessionID == "" {
+		return directive.Reject(ErrNoSession)
+	}
+	if err := check(d); err != nil {
+		return err
+	}
+	r := ""
+	if d.Kind == hostapi.DirectiveRoute {
+		r = d.Route
+	}
+	return pin(tx, sessionID, r, now)
+}
+
+func check(d hostapi.HostDirective) error {
 	switch d.Kind {
 	case hostapi.DirectiveRoute:
-		if err := Check(d.Route); err != nil {
-			return err
-		}
-		return pin(store, sessionID, d.Route, now)
+		return directive.Reject(Check(d.Route))
 	case hostapi.DirectiveRouteClear:
-		return pin(store, sessionID, "", now)
+		return nil
 	}
-	return fmt.Errorf("route: %q is not a route directive", d.Kind)
+	return directive.Rejectf("route: %q is not a route directive", d.Kind)
 }
 
 // Pinned is the session's pinned route, "" when none.
@@ -60,17 +84,15 @@ func Pinned(store *storage.Store, sessionID string) (string, error) {
 	return sess.Route, nil
 }
 
-func pin(store *storage.Store, sid, route string, now time.Time) error {
-	return store.Update(func(tx *storage.Tx) error {
-		sess, ok, err := tx.Session(sid)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			sess = storage.Session{ID: sid, CreatedAt: now.UnixMilli()}
-		}
-		sess.LastSeenAt = max(sess.LastSeenAt, now.UnixMilli())
-		sess.Route = route
-		return tx.PutSession(sess)
-	})
+func pin(tx *storage.Tx, sid, route string, now time.Time) error {
+	sess, ok, err := tx.Session(sid)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		sess = storage.Session{ID: sid, CreatedAt: now.UnixMilli()}
+	}
+	sess.LastSeenAt = max(sess.LastSeenAt, now.UnixMilli())
+	sess.Route = route
+	return tx.PutSession(sess)
 }

@@ -8,10 +8,10 @@ package stopmessage
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
+	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/storage"
@@ -28,30 +28,59 @@ type Messages struct{ store *storage.Store }
 func New(store *storage.Store) *Messages { return &Messages{store: store} }
 
 // ApplyDirective applies a stopMessage or stopMessage:clear directive
-// (docs/directives.md, docs/continuation.md). Setting replaces the state and resets used to 0; N = 0
-// means the default (llm.DefaultStopMessageRepeats); clear deletes it.
+// (docs/directives.md, docs/continuation.md) in its own transaction; see Stage.
 func (m *Messages) ApplyDirective(sessionID string, d hostapi.HostDirective, now time.Time) error {
 	if sessionID == "" {
 		return ErrNoSession
 	}
+	if err := check(sessionID, d); err != nil {
+		return err
+	}
+	return m.store.Update(func(tx *storage.Tx) error { return Stage(tx, sessionID, d, now) })
+}
+
+// Stage writes a stopMessage or stopMessage:clear directive within the
+// caller's transaction (the prepare call applies all directives of a
+// request in one). Setting replaces the state and resets used to 0; N = 0
+// means the default (llm.DefaultStopMessageRepeats); clear deletes it. A
+// bad directive is refused (directive.IsRejected) before anything is
+// written.
+func Stage(tx *storage.Tx, sessionID string, d hostapi.HostDirective, now time.Time) error {
+	if err := check(sessionID, d); err != nil {
+		return err
+	}
+	if d.Kind == hostapi.DirectiveStopMessageClear {
+		_, err := tx.DeleteStopMessage(sessionID)
+		return err
+	}
+	return tx.PutStopMessage(sessionID, storage.StopMessage{Text: d.Text, MaxRepeats: repeats(d), UpdatedAt: now.UnixMilli()})
+}
+
+func repeats(d hostapi.HostDirective) int {
+	if d.MaxRepeats == 0 {
+		return llm.DefaultStopMessageRepeats
+	}
+	return d.MaxRepeats
+}
+
+// check refuses a directive that cannot be applied, as a rejection.
+func check(sessionID string, d hostapi.HostDirective) error {
+	if sessionID == "" {
+		return directive.Reject(ErrNoSession)
+	}
 	switch d.Kind {
 	case hostapi.DirectiveStopMessage:
 		if strings.TrimSpace(d.Text) == "" {
-			return errors.New("stopMessage text is empty")
+			return directive.Rejectf("stopMessage text is empty")
 		}
-		n := d.MaxRepeats
-		if n == 0 {
-			n = llm.DefaultStopMessageRepeats
+		if n := repeats(d); n < 1 {
+			return directive.Rejectf("stopMessage repeats %d: want N ≥ 1", n)
 		}
-		if n < 1 {
-			return fmt.Errorf("stopMessage repeats %d: want N ≥ 1", n)
-		}
-		return m.store.PutStopMessage(sessionID, storage.StopMessage{Text: d.Text, MaxRepeats: n, UpdatedAt: now.UnixMilli()})
+		return nil
 	case hostapi.DirectiveStopMessageClear:
-		_, err := m.store.DeleteStopMessage(sessionID)
-		return err
+		return nil
 	}
-	return fmt.Errorf("stopmessage: %q is not a stopMessage directive", d.Kind)
+	return directive.Rejectf("stopmessage: %q is not a stopMessage directive", d.Kind)
 }
 
 // Active reports whether the session has a state that can still trigger
@@ -61,8 +90,12 @@ func (m *Messages) Active(sessionID string) bool {
 		return false
 	}
 	st, ok, err := m.store.GetStopMessage(sessionID)
-	return err == nil && ok && st.Text != "" && st.Used < st.MaxRepeats
+	return err == nil && ok && IsActive(st)
 }
+
+// IsActive reports whether a session's stopMessage state can still
+// trigger (used < maxRepeats).
+func IsActive(st storage.StopMessage) bool { return st.Text != "" && st.Used < st.MaxRepeats }
 
 // Consume takes one repeat: it persists used+1 and lastUsedAt in one
 // transaction, so two chains of a session cannot both take the last one
