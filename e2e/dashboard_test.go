@@ -223,7 +223,7 @@ func TestDashboardBrowser(t *testing.T) {
 	assert.Contains(t, text(t, ctx, row), "resumes in 2 min", "paused for 120 s")
 	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
 		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="timer"]`)))
-	screenshot(t, ctx, shots, "session", true)
+	screenshot(t, ctx, shots, "session", false)
 
 	within(t, ctx, 10*time.Second, "resume",
 		click(row+` button[data-action="resume"]`),
@@ -243,7 +243,7 @@ func TestDashboardBrowser(t *testing.T) {
 	for _, want := range []string{"Paused", "Running", "Stopped", "pause from the dashboard", "stop from the dashboard", tid} {
 		assert.Contains(t, hist, want)
 	}
-	screenshot(t, ctx, shots, "history", true)
+	screenshot(t, ctx, shots, "history", false)
 
 	// Every panel of the session page is there: the host has all their APIs.
 	within(t, ctx, 10*time.Second, "session again",
@@ -303,7 +303,9 @@ func TestDashboardCronAndDelivery(t *testing.T) {
 	// credentials, is kept as the wake template; a heartbeat a day away
 	// makes it wakeable without beating.
 	c := &conv{d: d, pc: protoCases[0], m: modes[0], session: "dash-cron"}
-	c.script(t, map[string]any{"text": "hello"}, map[string]any{"text": "The queue is empty."},
+	// The first request also starts a timer, for the picture.
+	c.script(t, map[string]any{"toolCalls": []any{newTimer(1800, 0.2, "watch the queue")}}, map[string]any{"text": "hello"},
+		map[string]any{"text": "The queue is empty."},
 		map[string]any{"text": "Still empty."}, map[string]any{"text": "Empty again."},
 		map[string]any{"text": "Nothing new."}, map[string]any{"text": "All quiet."})
 	h := c.headers()
@@ -368,7 +370,9 @@ func TestDashboardCronAndDelivery(t *testing.T) {
 		chromedp.Reload(),
 		chromedp.WaitVisible(chromedp.CSS(drow+`[data-state="unknown"] button[data-action="retry"]`)),
 		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg [data-kind="delivery"]`)))
-	screenshot(t, ctx, shots, "session-cron", false)
+	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
+		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="delivery"]`)))
+	screenshot(t, ctx, shots, "session", true)
 
 	// Retry from the page: the host resets the attempts and sends it
 	// again at once (attempts 1; the automatic retries only count up).
@@ -397,7 +401,7 @@ func TestDashboardCronAndDelivery(t *testing.T) {
 		chromedp.Navigate(d.hostURL+"/ui/#/s/dash-cron/history"),
 		chromedp.WaitVisible(chromedp.CSS(`[data-panel="history"] tr[data-kind="run"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-panel="history"] tr[data-kind="delivery"]`)))
-	screenshot(t, ctx, shots, "history-cron", false)
+	screenshot(t, ctx, shots, "history", true)
 }
 
 // nonLoopbackIP is an address of this machine that is not loopback.

@@ -53,7 +53,7 @@ export function timeline(data, now, spanMs) {
     if (hb && hb.enabled && hb.nextAt && inside(hb.nextAt)) {
       marks.push(dot(x(hb.nextAt), 'mark job future', `next heartbeat wake ${when(hb.nextAt)} (every ${hb.every})`, 'heartbeat-next', 'heartbeat'));
     }
-    lanes.push({ label: 'heartbeat runs', rows: [marks] });
+    lanes.push({ label: 'runs (wakes)', rows: [marks] });
   }
   if (Array.isArray(data.deliveries)) {
     const marks = [];
