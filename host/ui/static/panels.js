@@ -1,6 +1,6 @@
-// The panels of a session page. Each renders from its own API call; a
-// panel that is not core hides itself while its API answers 404, so a
-// host without that feature simply shows no such panel. Adding a feature
+// The panels of a session page. Each renders from its own API call
+// (docs/dashboard.md lists them); a panel that is not core hides itself
+// if its API answers 404 (an older host without that feature). Adding a feature
 // to the page is adding one entry here (and, for the timeline, one lane in
 // timeline.js).
 
@@ -142,12 +142,17 @@ function heartbeatPanel() {
     count: (d) => (d.enabled ? 'every ' + d.every : 'off'),
     render(d, ctx) {
       const ah = d.activeHours || {};
-      const inp = (name, value, attrs) => h('input', Object.assign({ type: 'text', name, value: value ?? '', 'aria-label': name }, attrs || {}));
+      // Typed values survive the re-renders that change notices cause.
+      const inp = (name, value, attrs) => h('input', Object.assign({
+        type: 'text', name, value: ctx.inputs.get('hb:' + name) ?? value ?? '', 'aria-label': name,
+        oninput: (e) => ctx.inputs.set('hb:' + name, e.target.value),
+      }, attrs || {}));
       const form = h('form', {
         class: 'inline', 'data-form': 'heartbeat',
         onsubmit: (e) => {
           e.preventDefault();
           const fd = new FormData(e.target);
+          for (const k of ['every', 'prompt', 'start', 'end', 'timezone']) ctx.inputs.delete('hb:' + k);
           ctx.act('PUT', base(ctx.sid) + '/heartbeat', {
             enabled: fd.get('enabled') === 'on', every: fd.get('every'), prompt: fd.get('prompt'),
             activeHours: { start: fd.get('start'), end: fd.get('end'), timezone: fd.get('timezone') },
