@@ -51,7 +51,7 @@ func (s *Service) routes() http.Handler {
 	handle("GET /api/sessions/{id}/tasks", "api_tasks", s.dashboard(s.handleTasks))
 	handle("GET /api/sessions/{id}/timers", "api_timers", s.dashboard(s.handleTimers))
 	handle("POST /api/sessions/{id}/timers/{tid}/{action}", "api_timer_action", s.authed(ui.SameOrigin(s.handleTimerAction)))
-		handle("GET /api/jobs", "api_jobs", s.dashboard(s.handleAllJobs))
+	handle("GET /api/jobs", "api_jobs", s.dashboard(s.handleAllJobs))
 	handle("GET /api/sessions/{id}/jobs", "api_jobs", s.dashboard(s.handleJobs))
 	handle("POST /api/sessions/{id}/jobs", "api_job_create", s.authed(ui.SameOrigin(s.handleJobCreate)))
 	handle("GET /api/sessions/{id}/jobs/{jid}", "api_job", s.dashboard(s.handleJob))
