@@ -3,13 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,7 +223,7 @@ func TestDashboardBrowser(t *testing.T) {
 	assert.Contains(t, text(t, ctx, row), "resumes in 2 min", "paused for 120 s")
 	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
 		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="timer"]`)))
-	screenshot(t, ctx, shots, "session", true)
+	screenshot(t, ctx, shots, "session", false)
 
 	within(t, ctx, 10*time.Second, "resume",
 		click(row+` button[data-action="resume"]`),
@@ -240,15 +243,165 @@ func TestDashboardBrowser(t *testing.T) {
 	for _, want := range []string{"Paused", "Running", "Stopped", "pause from the dashboard", "stop from the dashboard", tid} {
 		assert.Contains(t, hist, want)
 	}
-	screenshot(t, ctx, shots, "history", true)
+	screenshot(t, ctx, shots, "history", false)
 
-	// No panel for features the host does not have yet.
+	// Every panel of the session page is there: the host has all their APIs.
 	within(t, ctx, 10*time.Second, "session again",
 		chromedp.Navigate(d.hostURL+"/ui/#/s/dash-build"),
 		chromedp.WaitVisible(chromedp.CSS(`[data-panel="timers"]`)))
-	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-panel="jobs"],[data-panel="deliveries"]').length`))
-	require.NoError(t, err)
-	assert.Zero(t, n, "panels of absent APIs are hidden")
+	for _, p := range []string{"tasks", "jobs", "heartbeat", "events", "runs", "deliveries"} {
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('[data-panel="`+p+`"] h2').length`))
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "panel %s", p)
+	}
+	assert.NotContains(t, text(t, ctx, `[data-panel="deliveries"]`), "404")
+}
+
+// controlMessage waits until the page's message of the last control says want.
+func controlMessage(want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`(() => { const el = document.getElementById('control-message'); return !!el && el.textContent.includes(` + strconv.Quote(want) + `) })()`)
+}
+
+// failingHook is a webhook receiver that reads each delivery and then
+// drops the connection without an answer: the host cannot know whether it
+// arrived, so the entry becomes `unknown` at once (a `failed` entry needs
+// five attempts over about 13 minutes of retry delays).
+func failingHook(t *testing.T) (url string, hits *atomic.Int32) {
+	t.Helper()
+	hits = new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		hits.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/hook", hits
+}
+
+func deliveriesOf(t *testing.T, d *demo, session string) []gjson.Result {
+	t.Helper()
+	code, out := getAuthed(t, d.hostURL+"/api/sessions/"+session+"/deliveries")
+	require.Equal(t, http.StatusOK, code, string(out))
+	return gjson.ParseBytes(out).Array()
+}
+
+// TestDashboardCronAndDelivery: a cron job created from the page's form
+// fires (a wake reaches the mock provider), its run shows in the runs
+// panel and the timeline, its reply goes to a webhook that never answers,
+// and the page's Retry button sends that delivery again.
+func TestDashboardCronAndDelivery(t *testing.T) {
+	ctx := browser(t)
+	shots := t.TempDir()
+	hook, hits := failingHook(t)
+	d := newDemo(t).withHostConfig(t, "delivery:\n  connectors: [webhook]\n  webhook: {url: \""+hook+"\"}\n"+shortHolds)
+	d.up(t)
+
+	// A session the host can wake: its request through the proxy, with
+	// credentials, is kept as the wake template; a heartbeat a day away
+	// makes it wakeable without beating.
+	c := &conv{d: d, pc: protoCases[0], m: modes[0], session: "dash-cron"}
+	// The first request also starts a timer, for the picture.
+	c.script(t, map[string]any{"toolCalls": []any{newTimer(1800, 0.2, "watch the queue")}}, map[string]any{"text": "hello"},
+		map[string]any{"text": "The queue is empty."},
+		map[string]any{"text": "Still empty."}, map[string]any{"text": "Empty again."},
+		map[string]any{"text": "Nothing new."}, map[string]any{"text": "All quiet."})
+	h := c.headers()
+	h["authorization"] = "Bearer sk-dash"
+	code, out := postJSON(t, d.proxyURL+c.pc.path, h, c.body(`hi <**heartbeat:"24h"**>`))
+	require.Equal(t, http.StatusOK, code, string(out))
+
+	within(t, ctx, 20*time.Second, "session page with the token",
+		chromedp.Navigate(d.hostURL+"/ui/#/s/dash-cron"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-form="add-job"]`)),
+		chromedp.SendKeys(chromedp.CSS("#token"), hostToken),
+		click("#token-save"),
+		chromedp.WaitVisible(chromedp.CSS(`#token-clear`)))
+	within(t, ctx, 10*time.Second, "heartbeat panel", chromedp.Poll[chromedp.Void](
+		`(document.querySelector('[data-panel="heartbeat"] input[name="every"]') || {}).value === '24h0m0s'`))
+	assert.Contains(t, text(t, ctx, `[data-role="heartbeat-state"]`), "Set for this session")
+
+	// Add a job from the form: every 3 s, target main.
+	form := `[data-form="add-job"]`
+	within(t, ctx, 10*time.Second, "add job",
+		click(form+` button[type="submit"]`,
+			[2]string{form + ` input[name="name"]`, "tick"},
+			[2]string{form + ` select[name="kind"]`, "every"},
+			[2]string{form + ` input[name="schedule"]`, "3s"},
+			[2]string{form + ` select[name="target"]`, "main"},
+			[2]string{form + ` input[name="text"]`, "check the queue"}),
+		controlMessage("Done: add job tick"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-panel="jobs"] tr[data-job]`)))
+	jobs := gjson.Parse(getJSON(t, d.hostURL+"/api/sessions/dash-cron/jobs")).Array()
+	require.Len(t, jobs, 1)
+	assert.Equal(t, "every", jobs[0].Get("kind").String())
+	assert.Equal(t, "main", jobs[0].Get("target").String())
+	row := `[data-panel="jobs"] tr[data-job="` + jobs[0].Get("jobId").String() + `"]`
+	assert.Contains(t, text(t, ctx, row), "check the queue")
+
+	// It fires: a wake reaches the mock, with the job's text.
+	waitUntil(t, "the job's wake at the mock", 30*time.Second, func() bool { return len(c.wakeRequests(t)) >= 1 })
+	assert.Contains(t, strings.Join(userTexts(t, c.pc.path, c.wakeRequests(t)[0].Body), "\n"), "check the queue")
+	// Pause it from the page so it stops firing.
+	within(t, ctx, 10*time.Second, "pause job",
+		click(row+` button[data-action="pause"]`),
+		chromedp.WaitVisible(chromedp.CSS(row+`[data-enabled="0"]`)))
+	assert.False(t, gjson.Parse(getJSON(t, d.hostURL+"/api/sessions/dash-cron/jobs")).Get("0.enabled").Bool())
+
+	// The run shows in the runs panel and in the timeline.
+	within(t, ctx, 20*time.Second, "run in the page",
+		chromedp.WaitVisible(chromedp.CSS(`[data-panel="runs"] tr[data-reason="cron"]`)),
+		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg [data-kind="run"]`)))
+	assert.Contains(t, text(t, ctx, `[data-panel="runs"] tr[data-reason="cron"]`), "sent")
+
+	// The reply went to the webhook, which dropped the connection: the
+	// entry is unknown, retried on its own after 5 s (attempts 2).
+	waitUntil(t, "a second automatic attempt", 30*time.Second, func() bool {
+		ds := deliveriesOf(t, d, c.session)
+		return len(ds) >= 1 && ds[len(ds)-1].Get("state").String() == "unknown" && ds[len(ds)-1].Get("attempts").Int() >= 2
+	})
+	ds := deliveriesOf(t, d, c.session)
+	did := ds[len(ds)-1].Get("id").String()
+	assert.Equal(t, "webhook", ds[len(ds)-1].Get("connector").String())
+	drow := `[data-panel="deliveries"] tr[data-delivery="` + did + `"]`
+	within(t, ctx, 20*time.Second, "delivery in the page",
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(drow+`[data-state="unknown"] button[data-action="retry"]`)),
+		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg [data-kind="delivery"]`)))
+	within(t, ctx, 10*time.Second, "zoom", click(`[data-panel="timeline"] .zoom button`),
+		chromedp.WaitReady(chromedp.CSS(`[data-panel="timeline"] svg[data-span="3600000"] [data-kind="delivery"]`)))
+	screenshot(t, ctx, shots, "session", true)
+
+	// Retry from the page: the host resets the attempts and sends it
+	// again at once (attempts 1; the automatic retries only count up).
+	before := hits.Load()
+	within(t, ctx, 10*time.Second, "retry", click(drow+` button[data-action="retry"]`),
+		controlMessage("Done: retry delivery "+did))
+	waitUntil(t, "the retried attempt", 10*time.Second, func() bool {
+		for _, x := range deliveriesOf(t, d, c.session) {
+			if x.Get("id").String() == did {
+				return x.Get("attempts").Int() == 1 && hits.Load() > before
+			}
+		}
+		return false
+	})
+
+	// Wake now: a manual run.
+	wakes := len(c.wakeRequests(t))
+	within(t, ctx, 10*time.Second, "wake now", click(`[data-panel="summary"] button[data-action="wake"]`),
+		controlMessage("Done: wake requested"))
+	waitUntil(t, "the manual wake at the mock", 20*time.Second, func() bool { return len(c.wakeRequests(t)) > wakes })
+	within(t, ctx, 20*time.Second, "manual run in the page",
+		chromedp.WaitVisible(chromedp.CSS(`[data-panel="runs"] tr[data-reason="manual"]`)))
+
+	// The history merges runs and deliveries.
+	within(t, ctx, 10*time.Second, "history",
+		chromedp.Navigate(d.hostURL+"/ui/#/s/dash-cron/history"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-panel="history"] tr[data-kind="run"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-panel="history"] tr[data-kind="delivery"]`)))
+	screenshot(t, ctx, shots, "history", true)
 }
 
 // nonLoopbackIP is an address of this machine that is not loopback.

@@ -465,6 +465,16 @@ func TestStateAndHealthz(t *testing.T) {
 	if rec := f.do(t, http.MethodGet, "/nope", "", nil); rec.Code != http.StatusNotFound {
 		t.Fatalf("unknown path: %d", rec.Code)
 	}
+	// The root leads to the dashboard; only GET (and HEAD) of exactly "/".
+	if rec := f.do(t, http.MethodGet, "/", "", nil); rec.Code != http.StatusFound || rec.Header().Get("Location") != "/ui/" {
+		t.Fatalf("GET /: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	if rec := f.do(t, http.MethodPost, "/", "", nil); rec.Code != http.StatusNotFound {
+		t.Fatalf("POST /: %d", rec.Code)
+	}
+	if rec := f.do(t, http.MethodGet, "/nope/", "", nil); rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "no such endpoint") {
+		t.Fatalf("unknown path with a slash: %d %s", rec.Code, rec.Body)
+	}
 }
 
 func TestDisableClock(t *testing.T) {

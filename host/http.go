@@ -72,6 +72,8 @@ func (s *Service) routes() http.Handler {
 	// the history view.
 	handle("GET /ui/", "ui", ui.Handler().ServeHTTP)
 	handle("GET /ui", "ui", http.RedirectHandler(ui.Prefix, http.StatusFound).ServeHTTP)
+	// The host's root is the dashboard; other unknown paths stay 404 JSON.
+	handle("GET /{$}", "ui", http.RedirectHandler(ui.Prefix, http.StatusFound).ServeHTTP)
 	handle("GET /api/events", "api_events", s.dashboard(func(w http.ResponseWriter, r *http.Request, _ bool) { s.events.ServeHTTP(w, r) }))
 	handle("GET /api/sessions/{id}/history", "api_history", s.dashboard(ui.HistoryHandler(ui.TimerHistory(s.timers.List), s.runHistory, s.deliveryHistory)))
 	handle(PathMCP, "mcp", s.authed(s.mcpHandler().ServeHTTP))

@@ -13,8 +13,8 @@ import (
 // The history view (GET /api/sessions/{id}/history) is every recorded
 // transition of a session, newest first, from one or more sources: the
 // timers' own transition logs today (kept with each timer, written through
-// on every transition, for the timer retention after it ends), and runs
-// and deliveries as those features add a source.
+// on every transition, for the timer retention after it ends), the
+// session's wake runs and its deliveries (sources the host adds).
 
 // History limits for ?limit=N.
 const (
@@ -26,7 +26,7 @@ const (
 // token and ?include=text.
 type HistoryEntry struct {
 	At     int64  `json:"at"`
-	Kind   string `json:"kind"` // "timer"; later "run", "delivery"
+	Kind   string `json:"kind"` // "timer", "run" or "delivery"
 	ID     string `json:"id"`
 	Status string `json:"status"`
 	Reason string `json:"reason,omitempty"`

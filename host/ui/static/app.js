@@ -98,7 +98,6 @@ async function sessionsView(seq) {
   showBanner('');
   const all = r.data || [];
   const now = hostNow();
-  const hasHeartbeat = all.some((x) => x.heartbeat !== undefined);
   const filter = h('input', {
     id: 'filter', type: 'search', placeholder: 'filter by id', value: state.filter,
     oninput: (e) => { state.filter = e.target.value; draw(); },
@@ -111,9 +110,11 @@ async function sessionsView(seq) {
       h('td', null, ago(x.lastSeenAt, now)),
       h('td', { class: 'num' }, x.taskCount),
       h('td', { class: 'num' }, x.liveTimers ?? '—'),
-      hasHeartbeat ? h('td', null, x.heartbeat ? 'on' : 'off') : null,
+      h('td', { 'data-role': 'heartbeat' }, x.heartbeat ? ['every ' + x.heartbeat.every,
+        x.heartbeat.nextAt ? h('div', { class: 'muted' }, 'next ', ago(x.heartbeat.nextAt, now)) : null] : h('span', { class: 'muted' }, 'off')),
+      h('td', null, x.lastChannel || h('span', { class: 'muted' }, '—')),
       h('td', null, stopMessageText(x.stopMessage))));
-    body.replaceChildren(table(['session', 'last seen', 'tasks', 'live timers', hasHeartbeat ? 'heartbeat' : null, 'stopMessage'].filter(Boolean), rows,
+    body.replaceChildren(table(['session', 'last seen', 'tasks', 'live timers', 'heartbeat', 'last channel', 'stopMessage'], rows,
       all.length ? 'No session matches the filter.' : 'No sessions yet: send a request through chime.'));
   }
   draw();
@@ -158,7 +159,12 @@ async function sessionView(seq, sid) {
     me ? h('dl', { class: 'kv' },
       h('dt', null, 'last seen'), h('dd', null, when(me.lastSeenAt), ' (', ago(me.lastSeenAt, hostNow()), ')'),
       h('dt', null, 'stopMessage'), h('dd', null, stopMessageText(me.stopMessage)),
+      me.lastChannel ? [h('dt', null, 'last channel'), h('dd', null, me.lastChannel)] : null,
       me.route ? [h('dt', null, 'route'), h('dd', null, me.route)] : null) : h('p', { class: 'muted' }, 'Not in the session list (yet).'),
+    h('div', { class: 'controls' }, h('button', {
+      type: 'button', 'data-action': 'wake', title: 'wake the agent now (a manual run)',
+      onclick: () => act('POST', '/api/sessions/' + enc(sid) + '/wake', { reason: 'manual' }, 'wake requested'),
+    }, 'Wake now')),
     state.message ? h('p', { class: 'msg ' + (state.message.ok ? 'ok' : 'err'), id: 'control-message', role: 'status' }, state.message.text) : null);
   return h('div', null, head, timelinePanel(data), h('div', { class: 'grid' }, sections));
 }
@@ -185,11 +191,11 @@ async function historyView(seq, sid) {
   showBanner('');
   const rows = (r.data.history || []).map((e) => h('tr', { 'data-kind': e.kind },
     h('td', null, when(e.at)), h('td', null, e.kind), h('td', { class: 'mono' }, e.id),
-    h('td', null, h('span', { class: 'badge ' + e.status }, e.status)),
+    h('td', null, h('span', { class: 'badge ' + String(e.status).split(' ')[0] }, e.status)),
     h('td', null, e.reason ?? h('span', { class: 'muted' }, token() ? '' : 'needs the token'))));
   return h('section', { class: 'panel', 'data-panel': 'history' },
     h('h2', null, 'History', h('span', { class: 'count' }, rows.length + ' transitions, newest first')),
-    table(['at', 'kind', 'id', 'state', 'reason'], rows, 'Nothing recorded for this session.'));
+    table(['at', 'kind', 'id', 'state', 'reason / error'], rows, 'Nothing recorded for this session.'));
 }
 
 // --- live countdowns ---

@@ -1,6 +1,6 @@
-// The panels of a session page. Each renders from its own API call; a
-// panel that is not core hides itself while its API answers 404, so a
-// host without that feature simply shows no such panel. Adding a feature
+// The panels of a session page. Each renders from its own API call
+// (docs/dashboard.md lists them); a panel that is not core hides itself
+// if its API answers 404 (an older host without that feature). Adding a feature
 // to the page is adding one entry here (and, for the timeline, one lane in
 // timeline.js).
 
@@ -83,39 +83,54 @@ function tasksPanel() {
   };
 }
 
-// --- planned panels: shown when the host has the API ---
+// --- scheduler, cron and delivery panels (docs/host-api.md) ---
 
 function jobsPanel() {
   return {
     key: 'jobs', title: 'Cron jobs', text: true,
     path: (sid) => base(sid) + '/jobs',
-    count: (d) => (d.jobs || []).length + '',
+    count: (d) => d.length + '',
     render(d, ctx) {
       const jb = (jid) => base(ctx.sid) + '/jobs/' + enc(jid);
-      const rows = (d.jobs || []).map((j) => h('tr', { 'data-job': j.id },
-        h('td', null, j.name || h('span', { class: 'mono' }, j.id)),
-        h('td', null, j.kind, ' ', h('span', { class: 'mono' }, j.schedule), j.tz ? h('div', { class: 'muted' }, j.tz) : null),
-        h('td', null, j.target || '—'),
-        h('td', null, j.enabled ? when(j.nextRunAt) : h('span', { class: 'badge Paused' }, 'paused')),
-        h('td', null, when(j.lastRunAt), j.lastStatus ? h('div', { class: 'muted' }, j.lastStatus) : null),
-        h('td', null, h('div', { class: 'controls' },
-          h('button', { type: 'button', 'data-action': 'run', onclick: () => ctx.act('POST', jb(j.id) + '/run', {}, 'run job ' + (j.name || j.id)) }, 'Run now'),
-          j.enabled
-            ? h('button', { type: 'button', 'data-action': 'pause', onclick: () => ctx.act('POST', jb(j.id) + '/pause', {}, 'pause job ' + (j.name || j.id)) }, 'Pause')
-            : h('button', { type: 'button', 'data-action': 'resume', onclick: () => ctx.act('POST', jb(j.id) + '/resume', {}, 'resume job ' + (j.name || j.id)) }, 'Resume'),
-          h('button', { type: 'button', class: 'danger', 'data-action': 'delete', onclick: () => ctx.act('DELETE', jb(j.id), undefined, 'delete job ' + (j.name || j.id)) }, 'Delete')))));
-      const f = (name, ph) => h('input', { type: 'text', name, placeholder: ph });
-      const kind = h('select', { name: 'kind' }, ['cron', 'every', 'at'].map((k) => h('option', { value: k }, k)));
+      const rows = d.map((j) => {
+        const name = j.name || j.jobId;
+        const btn = (label, action, method, cls) => h('button', {
+          type: 'button', class: cls, 'data-action': action,
+          onclick: () => ctx.act(method, action === 'delete' ? jb(j.jobId) : jb(j.jobId) + '/' + action, undefined, action + ' job ' + name),
+        }, label);
+        return h('tr', { 'data-job': j.jobId, 'data-enabled': j.enabled ? '1' : '0' },
+          h('td', null, j.name ? j.name : null, h('div', { class: j.name ? 'muted mono' : 'mono' }, j.jobId),
+            j.source === 'config' ? h('div', { class: 'muted' }, 'from the host config') : null),
+          h('td', null, j.kind, ' ', h('span', { class: 'mono' }, j.schedule), j.tz ? h('div', { class: 'muted' }, j.tz) : null),
+          h('td', null, j.target || 'main', h('div', { class: j.text !== undefined ? '' : 'muted' }, j.text !== undefined ? j.text : 'text needs the token')),
+          h('td', null, j.enabled ? when(j.nextRunAt) : h('span', { class: 'badge Paused' }, 'paused'),
+            j.enabled && j.nextRunAt ? h('div', { class: 'muted' }, ago(j.nextRunAt, ctx.now())) : null),
+          h('td', { 'data-role': 'last-run' }, when(j.lastRunAt),
+            j.lastStatus ? h('div', null, h('span', { class: 'badge ' + j.lastStatus }, j.lastStatus), ' ', j.runs + ' runs') : null,
+            j.lastError ? h('div', { class: 'muted' }, j.lastError) : null),
+          h('td', null, h('div', { class: 'controls' },
+            btn('Run now', 'run', 'POST'),
+            j.enabled ? btn('Pause', 'pause', 'POST') : btn('Resume', 'resume', 'POST'),
+            btn('Delete', 'delete', 'DELETE', 'danger'))));
+      });
+      const keep = (name) => ({ value: ctx.inputs.get('job:' + name) || '', oninput: (e) => ctx.inputs.set('job:' + name, e.target.value) });
+      const f = (name, ph, attrs) => h('input', Object.assign({ type: 'text', name, placeholder: ph, 'aria-label': name }, keep(name), attrs || {}));
+      const kind = h('select', { name: 'kind', 'aria-label': 'kind' },
+        [['', 'kind: from schedule'], ['every', 'every'], ['cron', 'cron'], ['at', 'at']].map(([k, l]) => h('option', { value: k }, l)));
+      const target = h('select', { name: 'target', 'aria-label': 'target' }, ['main', 'isolated'].map((k) => h('option', { value: k }, k)));
       const form = h('form', {
         class: 'inline', 'data-form': 'add-job',
         onsubmit: (e) => {
           e.preventDefault();
           const v = Object.fromEntries(new FormData(e.target));
-          ctx.act('POST', base(ctx.sid) + '/jobs', { name: v.name, kind: v.kind, schedule: v.schedule, tz: v.tz, target: v.target }, 'add job ' + v.name);
+          for (const k of ['name', 'schedule', 'tz', 'text']) ctx.inputs.delete('job:' + k);
+          ctx.act('POST', base(ctx.sid) + '/jobs',
+            { name: v.name, kind: v.kind, schedule: v.schedule, tz: v.tz, text: v.text, target: v.target }, 'add job ' + (v.name || v.schedule));
         },
-      }, f('name', 'name'), kind, f('schedule', '*/5 * * * * or 10m'), f('tz', 'time zone (optional)'), f('target', 'prompt / target'),
+      }, f('name', 'name (optional)', { size: 10 }), kind, f('schedule', '10m, 0 9 * * 1-5 or 2026-12-01T09:00', { size: 16 }),
+      f('tz', 'time zone (optional)', { size: 10 }), target, f('text', 'what the agent is told'),
       h('button', { type: 'submit' }, 'Add job'));
-      return h('div', null, table(['job', 'schedule', 'target', 'next run', 'last run', ''], rows, 'No cron jobs.'), form);
+      return h('div', null, table(['job', 'schedule', 'target and text', 'next run', 'last run', ''], rows, 'No cron jobs.'), form);
     },
   };
 }
@@ -124,15 +139,20 @@ function heartbeatPanel() {
   return {
     key: 'heartbeat', title: 'Heartbeat', text: true,
     path: (sid) => base(sid) + '/heartbeat',
-    count: (d) => (d.enabled ? 'on' : 'off'),
+    count: (d) => (d.enabled ? 'every ' + d.every : 'off'),
     render(d, ctx) {
       const ah = d.activeHours || {};
-      const inp = (name, value, attrs) => h('input', Object.assign({ type: 'text', name, value: value ?? '' }, attrs || {}));
-      return h('form', {
+      // Typed values survive the re-renders that change notices cause.
+      const inp = (name, value, attrs) => h('input', Object.assign({
+        type: 'text', name, value: ctx.inputs.get('hb:' + name) ?? value ?? '', 'aria-label': name,
+        oninput: (e) => ctx.inputs.set('hb:' + name, e.target.value),
+      }, attrs || {}));
+      const form = h('form', {
         class: 'inline', 'data-form': 'heartbeat',
         onsubmit: (e) => {
           e.preventDefault();
           const fd = new FormData(e.target);
+          for (const k of ['every', 'prompt', 'start', 'end', 'timezone']) ctx.inputs.delete('hb:' + k);
           ctx.act('PUT', base(ctx.sid) + '/heartbeat', {
             enabled: fd.get('enabled') === 'on', every: fd.get('every'), prompt: fd.get('prompt'),
             activeHours: { start: fd.get('start'), end: fd.get('end'), timezone: fd.get('timezone') },
@@ -141,12 +161,21 @@ function heartbeatPanel() {
         },
       },
       h('label', null, h('input', { type: 'checkbox', name: 'enabled', checked: !!d.enabled }), ' enabled'),
-      h('label', null, 'every ', inp('every', d.every, { size: 5 })),
-      h('label', null, 'prompt ', inp('prompt', d.prompt)),
+      h('label', null, 'every ', inp('every', d.every, { size: 6, placeholder: '30m' })),
+      h('label', null, 'prompt ', inp('prompt', d.prompt, { placeholder: 'the default prompt' })),
       h('label', null, 'active ', inp('start', ah.start, { size: 5, placeholder: '09:00' }), '–', inp('end', ah.end, { size: 5, placeholder: '18:00' })),
-      inp('timezone', ah.timezone, { placeholder: 'time zone' }),
+      inp('timezone', ah.timezone, { placeholder: 'time zone', size: 12 }),
       h('label', null, h('input', { type: 'checkbox', name: 'onlyWhenPending', checked: !!d.onlyWhenPending }), ' only when pending'),
-      h('button', { type: 'submit' }, 'Save'));
+      h('button', { type: 'submit' }, 'Save'),
+      d.source === 'session' ? h('button', {
+        type: 'button', 'data-action': 'reset-heartbeat',
+        onclick: () => ctx.act('DELETE', base(ctx.sid) + '/heartbeat', undefined, 'heartbeat back to the host config'),
+      }, 'Use host default') : null);
+      return h('div', null,
+        h('p', { class: 'muted', 'data-role': 'heartbeat-state' },
+          d.source === 'session' ? 'Set for this session. ' : 'The host config\'s default. ',
+          d.nextAt ? ['Next wake ', when(d.nextAt), ' (', ago(d.nextAt, ctx.now()), ').'] : 'No wake planned.'),
+        form);
     },
   };
 }
@@ -158,9 +187,22 @@ function eventsPanel() {
     count: (d) => (d.events || []).length + '',
     render(d, ctx) {
       const rows = (d.events || []).map((e) => h('tr', null,
-        h('td', { class: 'mono' }, e.contextKey), h('td', null, e.text ?? h('span', { class: 'muted' }, 'hidden')),
+        h('td', { class: 'mono' }, e.contextKey || '—'), h('td', null, e.text ?? h('span', { class: 'muted' }, 'hidden')),
+        h('td', null, e.source || ''),
         h('td', null, when(e.at), h('div', { class: 'muted' }, ago(e.at, ctx.now())))));
-      return table(['context', 'text', 'at'], rows, 'No pending events.');
+      const keep = (name) => ({ value: ctx.inputs.get('event:' + name) || '', oninput: (e) => ctx.inputs.set('event:' + name, e.target.value) });
+      const form = h('form', {
+        class: 'inline', 'data-form': 'add-event',
+        onsubmit: (e) => {
+          e.preventDefault();
+          const v = Object.fromEntries(new FormData(e.target));
+          ctx.inputs.delete('event:text'); ctx.inputs.delete('event:contextKey');
+          ctx.act('POST', base(ctx.sid) + '/events', { text: v.text, contextKey: v.contextKey }, 'queue a system event');
+        },
+      }, h('input', Object.assign({ type: 'text', name: 'text', placeholder: 'event text', 'aria-label': 'event text' }, keep('text'))),
+      h('input', Object.assign({ type: 'text', name: 'contextKey', placeholder: 'context key (optional)', size: 14, 'aria-label': 'context key' }, keep('contextKey'))),
+      h('button', { type: 'submit' }, 'Queue event'));
+      return h('div', null, table(['context', 'text', 'source', 'at'], rows, 'No pending events.'), form);
     },
   };
 }
@@ -171,10 +213,15 @@ function runsPanel() {
     path: (sid) => base(sid) + '/runs',
     count: (d) => (d.runs || []).length + '',
     render(d) {
-      const rows = (d.runs || []).slice(0, 50).map((r) => h('tr', { 'data-run': r.id },
-        h('td', null, r.reason), h('td', null, h('span', { class: 'badge ' + r.status }, r.status)),
-        h('td', null, when(r.startedAt)), h('td', { class: 'num' }, r.durationMs ? (r.durationMs / 1000).toFixed(1) + ' s' : '—')));
-      return table(['reason', 'status', 'started', 'took'], rows, 'No runs yet.');
+      const rows = (d.runs || []).slice(0, 50).map((r) => h('tr', { 'data-run': r.id, 'data-reason': r.reason },
+        h('td', null, r.reason, h('div', { class: 'muted mono' }, r.id)),
+        h('td', null, h('span', { class: 'badge ' + r.status }, r.status), r.why ? h('div', { class: 'muted' }, r.why) : null,
+          r.error ? h('div', { class: 'muted' }, r.error) : null),
+        h('td', null, when(r.startedAt)),
+        h('td', { class: 'num' }, r.durationMs ? (r.durationMs / 1000).toFixed(1) + ' s' : '—'),
+        h('td', { class: 'num' }, r.inputTokens || r.outputTokens ? (r.inputTokens || 0) + ' / ' + (r.outputTokens || 0) : '—'),
+        h('td', null, r.reply ? r.reply : h('span', { class: 'muted' }, ''))));
+      return table(['reason', 'status', 'started', 'took', 'tokens in / out', 'reply'], rows, 'No runs yet.');
     },
   };
 }
@@ -183,18 +230,20 @@ function deliveriesPanel() {
   return {
     key: 'deliveries', title: 'Deliveries', text: true,
     path: (sid) => base(sid) + '/deliveries',
-    count: (d) => (d.deliveries || []).filter((x) => x.state === 'failed').length + ' failed',
+    count: (d) => d.filter((x) => x.state === 'failed' || x.state === 'unknown').length + ' failed or unknown',
     render(d, ctx) {
-      const rows = (d.deliveries || []).map((x) => h('tr', { 'data-delivery': x.id },
-        h('td', { class: 'mono' }, x.id), h('td', null, x.connector),
-        h('td', null, h('span', { class: 'badge ' + x.state }, x.state)),
-        h('td', { class: 'num' }, x.attempts), h('td', null, when(x.nextAttemptAt)),
-        h('td', null, x.lastError || ''),
-        h('td', null, x.state === 'failed' ? h('button', {
+      const rows = d.map((x) => h('tr', { 'data-delivery': x.id, 'data-state': x.state },
+        h('td', null, h('span', { class: 'mono' }, x.id), h('div', { class: 'muted' }, x.reason)),
+        h('td', null, x.connector),
+        h('td', null, h('span', { class: 'badge ' + x.state, 'data-role': 'state' }, x.state)),
+        h('td', { class: 'num', 'data-role': 'attempts' }, x.attempts),
+        h('td', null, x.deliveredAt ? ['delivered ', when(x.deliveredAt)] : x.nextAt ? ['next ', when(x.nextAt)] : '—'),
+        h('td', null, x.text !== undefined ? x.text : null, x.lastError ? h('div', { class: 'muted' }, x.lastError) : null),
+        h('td', null, x.state === 'failed' || x.state === 'unknown' ? h('button', {
           type: 'button', 'data-action': 'retry',
-          onclick: () => ctx.act('POST', base(ctx.sid) + '/deliveries/' + enc(x.id) + '/retry', {}, 'retry delivery ' + x.id),
+          onclick: () => ctx.act('POST', base(ctx.sid) + '/deliveries/' + enc(x.id) + '/retry', undefined, 'retry delivery ' + x.id),
         }, 'Retry') : null)));
-      return table(['delivery', 'connector', 'state', 'attempts', 'next attempt', 'last error', ''], rows, 'No deliveries.');
+      return table(['delivery', 'connector', 'state', 'attempts', 'when', 'text / last error', ''], rows, 'No deliveries.');
     },
   };
 }

@@ -33,24 +33,38 @@ export function timeline(data, now, spanMs) {
     for (const t of shown) rows.push(timerRow(t, now, x));
     lanes.push({ label: 'timers', rows: rows.length ? rows : [[]], labels: shown.map((t) => t.timerId) });
   }
-  if (data.jobs && data.jobs.jobs) {
+  if (Array.isArray(data.jobs) && data.jobs.length) {
     const marks = [];
-    for (const j of data.jobs.jobs) {
-      if (j.nextRunAt && inside(j.nextRunAt)) marks.push(dot(x(j.nextRunAt), 'mark job', `job ${j.name || j.id}: next run ${when(j.nextRunAt)}`, 'job', j.id));
-      if (j.lastRunAt && inside(j.lastRunAt)) marks.push(dot(x(j.lastRunAt), 'mark delivered', `job ${j.name || j.id}: ran ${when(j.lastRunAt)} (${j.lastStatus || ''})`, 'job-run', j.id));
+    for (const j of data.jobs) {
+      const name = j.name || j.jobId;
+      if (j.enabled && j.nextRunAt && inside(j.nextRunAt)) marks.push(dot(x(j.nextRunAt), 'mark job future', `job ${name}: next run ${when(j.nextRunAt)}`, 'job', j.jobId));
+      if (j.lastRunAt && inside(j.lastRunAt)) marks.push(dot(x(j.lastRunAt), 'mark job', `job ${name}: ran ${when(j.lastRunAt)} (${j.lastStatus || ''})`, 'job-run', j.jobId));
     }
     lanes.push({ label: 'cron jobs', rows: [marks] });
   }
   if (data.runs && data.runs.runs) {
+    // Every wake run: heartbeat, cron, manual, hook; and the next
+    // heartbeat wake, drawn lighter.
     const marks = data.runs.runs.filter((r) => inside(r.startedAt)).map((r) => {
       const a = x(r.startedAt), b = Math.max(a + 3, x(r.startedAt + (r.durationMs || 0)));
-      return rect(a, b, 'seg run ' + r.status, `run ${r.reason}: ${r.status}, ${when(r.startedAt)}`, 'run', r.id);
+      return rect(a, b, 'seg run ' + r.status, `${r.reason} run: ${r.status}${r.why ? ' (' + r.why + ')' : ''}, ${when(r.startedAt)}`, 'run', r.id);
     });
-    lanes.push({ label: 'heartbeat runs', rows: [marks] });
+    const hb = data.heartbeat;
+    if (hb && hb.enabled && hb.nextAt && inside(hb.nextAt)) {
+      marks.push(dot(x(hb.nextAt), 'mark job future', `next heartbeat wake ${when(hb.nextAt)} (every ${hb.every})`, 'heartbeat-next', 'heartbeat'));
+    }
+    lanes.push({ label: 'runs (wakes)', rows: [marks] });
   }
-  if (data.deliveries && data.deliveries.deliveries) {
-    const marks = data.deliveries.deliveries.filter((d) => d.nextAttemptAt && inside(d.nextAttemptAt))
-      .map((d) => dot(x(d.nextAttemptAt), 'mark ' + d.state, `delivery ${d.id} (${d.connector}): ${d.state}, next attempt ${when(d.nextAttemptAt)}`, 'delivery', d.id));
+  if (Array.isArray(data.deliveries)) {
+    const marks = [];
+    for (const d of data.deliveries) {
+      const label = `delivery ${d.id} (${d.reason}, ${d.connector}): ${d.state}, ${d.attempts} attempts`;
+      const at = d.deliveredAt || d.updatedAt || d.enqueuedAt;
+      if (at && inside(at)) marks.push(dot(x(at), 'mark ' + d.state, label + ', ' + when(at), 'delivery', d.id));
+      if (d.nextAt && d.state !== 'delivered' && d.state !== 'failed' && inside(d.nextAt)) {
+        marks.push(dot(x(d.nextAt), 'mark ' + d.state + ' future', label + ', next attempt ' + when(d.nextAt), 'delivery-next', d.id));
+      }
+    }
     lanes.push({ label: 'deliveries', rows: [marks] });
   }
 
