@@ -296,7 +296,7 @@ func TestDashboardCronAndDelivery(t *testing.T) {
 	ctx := browser(t)
 	shots := t.TempDir()
 	hook, hits := failingHook(t)
-	d := newDemo(t).withHostConfig(t, "delivery:\n  connectors: [webhook]\n  webhook: {url: \""+hook+"\"}\n"+shortHolds)
+	d := newDemo(t).withHostConfig(t, quickWakes+"delivery:\n  connectors: [webhook]\n  webhook: {url: \""+hook+"\"}\n"+shortHolds)
 	d.up(t)
 
 	// A session the host can wake: its request through the proxy, with

@@ -62,15 +62,15 @@ func (s *Service) deliverDueToMCP(ctx context.Context, sid string, reason schedu
 		s.recordRun(sid, rec)
 		return scheduler.Outcome{Failed: true}
 	}
+	if _, err := s.Commit(ctx, runID); err != nil {
+		s.log.Warn("committing an MCP session's reminders failed", "session", sid, "err", err)
+	}
 	if ss := s.mcpSession(sid); ss != nil {
 		// Only a client that asked for log messages gets one; the queue
 		// has the text either way.
 		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "chime", Data: text}); err != nil {
 			s.log.Debug("MCP notification not sent", "session", sid, "err", err)
 		}
-	}
-	if _, err := s.Commit(ctx, runID); err != nil {
-		s.log.Warn("committing an MCP session's reminders failed", "session", sid, "err", err)
 	}
 	rec.DurationMs = s.now().Sub(start).Milliseconds()
 	s.recordRun(sid, rec)
