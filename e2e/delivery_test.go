@@ -27,7 +27,7 @@ func TestBackgroundTimerReachesChimeWatch(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("chime watch printed no completion:\n%s", w.logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll: chime watch is another process
 	}
 	if !strings.Contains(w.logs.String(), " timer timer:") {
 		t.Fatalf("the delivery's reason and run id: %s", w.logs.String())

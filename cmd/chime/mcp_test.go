@@ -139,7 +139,7 @@ func TestMCPCommand(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("status %s, want %s", st, want)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // poll: the host acts on its own
 		}
 	}
 	poll("Waiting")
