@@ -255,19 +255,29 @@ func TestReminderReservation(t *testing.T) {
 			time.Sleep(time.Until(dueAt.Add(-60*time.Second)) + 300*time.Millisecond) // real time under test: the host process makes the task due
 			_, texts = send(clientTool)
 			assert.Contains(t, strings.Join(texts, "\n"), `[scheduled task:"stand-up `+pc.name+`"]`)
-			list := d.clock(t, session, map[string]any{"action": "list"})
-			var rearmed bool
-			for _, it := range list["items"].([]any) {
-				item := it.(map[string]any)
-				if item["task"] == "stand-up "+pc.name {
-					next, err := time.Parse(time.RFC3339, fmt.Sprint(item["dueAt"]))
-					require.NoError(t, err, "%v", item)
-					assert.Equal(t, dueAt.Add(24*time.Hour).Unix(), next.Unix(), "re-armed to tomorrow: %v", item)
-					assert.EqualValues(t, 1, item["deliveryCount"])
-					rearmed = true
+			// The filter reports the commit once the response has started
+			// to reach the client, after the client may have read it all:
+			// the re-arm can land a moment after the answer.
+			var item map[string]any
+			var list map[string]any
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				item = nil
+				list = d.clock(t, session, map[string]any{"action": "list"})
+				for _, it := range list["items"].([]any) {
+					if m := it.(map[string]any); m["task"] == "stand-up "+pc.name {
+						item = m
+					}
 				}
+				if item == nil || fmt.Sprint(item["deliveryCount"]) != "0" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond) // poll: the commit is another call of the filter
 			}
-			assert.True(t, rearmed, "the daily task is still listed: %v", list)
+			require.NotNil(t, item, "the daily task is still listed: %v", list)
+			next, err := time.Parse(time.RFC3339, fmt.Sprint(item["dueAt"]))
+			require.NoError(t, err, "%v", item)
+			assert.Equal(t, dueAt.Add(24*time.Hour).Unix(), next.Unix(), "re-armed to tomorrow: %v", item)
+			assert.EqualValues(t, 1, item["deliveryCount"])
 		})
 	}
 }
