@@ -67,7 +67,10 @@ func (s *Service) deliverDueToMCP(ctx context.Context, sid string, reason schedu
 	}
 	if ss := s.mcpSession(sid); ss != nil {
 		// Only a client that asked for log messages gets one; the queue
-		// has the text either way.
+		// has the text either way. MCP logging is deprecated (SEP-2577)
+		// but still the one notification clients show; it stays while
+		// the protocol keeps it.
+		//lint:ignore SA1019 MCP logging is the notification clients show today (deprecated, still supported)
 		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "notice", Logger: "chime", Data: text}); err != nil {
 			s.log.Debug("MCP notification not sent", "session", sid, "err", err)
 		}

@@ -347,6 +347,7 @@ func TestMCPSessionGetsDueReminders(t *testing.T) {
 
 	got := make(chan string, 4)
 	client := mcp.NewClient(&mcp.Implementation{Name: "chime-test", Version: "0"}, &mcp.ClientOptions{
+		//lint:ignore SA1019 the host's reminder notices are MCP log messages
 		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
 			s, _ := req.Params.Data.(string)
 			got <- s
@@ -361,6 +362,7 @@ func TestMCPSessionGetsDueReminders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	//lint:ignore SA1019 the host's reminder notices are MCP log messages
 	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		t.Fatal(err)
 	}
