@@ -24,6 +24,7 @@ import (
 
 	"github.com/chimehq/chime/envoy"
 	"github.com/chimehq/chime/host"
+	"github.com/chimehq/chime/internal/testport"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/mockllm"
 )
@@ -66,9 +67,9 @@ func listen(t *testing.T) net.Listener {
 }
 
 func freePort(t *testing.T) int {
-	ln := listen(t)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	p, err := testport.Pick()
+	require.NoError(t, err)
+	return p
 }
 
 func readYAML(t *testing.T, path string) map[string]any {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/chimehq/chime/envoy"
+	"github.com/chimehq/chime/internal/testport"
 )
 
 // The e2e suite runs the product's own envoy.yaml with only its addresses and
@@ -65,16 +65,16 @@ func repoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// freePort reserves an ephemeral loopback port. Real Envoy needs fixed ports
-// in its config, so both backends get them the same way.
+// freePort picks a loopback port for a config file. Real Envoy needs fixed
+// ports in its config, so both backends get them the same way; testport
+// keeps them distinct and out of the kernel's ephemeral range.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // stackConfig describes how the product envoy.yaml is rewritten for a test.
