@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -750,11 +751,40 @@ func TestTimedOutPrepareIsRolledBack(t *testing.T) {
 	if got := outcomes(e); !slices.Equal(got, []string{hostapi.PathRollback + " req-1"}) {
 		t.Fatalf("outcomes = %q", got)
 	}
-	// A host that answered (even with 5xx) reserved nothing: no rollback.
-	e.send(llm.Chat, `{"messages":[]}`, [2]string{"x-request-id", "ignored-dup"})
-	e.fail([][2]string{{":status", "500"}}, "")
-	if got := len(outcomes(e)); got != 1 {
-		t.Fatalf("outcomes after a 5xx prepare: %d", got)
+	// The proxy answers a call that timed out with its own 504, and one
+	// whose host died mid-call with a 503: the host may have reserved
+	// (it serves a late prepare, or was killed after reserving), so
+	// those are rolled back too, as is any other failed answer.
+	for i, failed := range []struct {
+		status, body string
+	}{
+		{"504", "upstream request timeout"},
+		{"503", "upstream connect error or disconnect/reset before headers. reset reason: connection termination"},
+		{"500", "internal error"},
+		{"200", "not json"},
+	} {
+		id := e.send(llm.Chat, `{"messages":[]}`)
+		e.fail([][2]string{{":status", failed.status}}, failed.body)
+		e.forwarded(id) // failed open
+		got := outcomes(e)
+		if len(got) != i+2 || got[i+1] != hostapi.PathRollback+" req-"+strconv.Itoa(i+2) {
+			t.Fatalf("after a %s prepare: outcomes = %q", failed.status, got)
+		}
+	}
+	// The host's own refusal (a JSON error: busy, body too large) came
+	// before it reserved anything, and a host that answered without
+	// reserving gets no outcome either.
+	for _, status := range []string{"503", "413"} {
+		id := e.send(llm.Chat, `{"messages":[]}`)
+		e.fail([][2]string{{":status", status}, {"content-type", "application/json"}}, `{"error":"host busy: too many prepare calls in flight"}`)
+		e.forwarded(id)
+	}
+	id = e.send(llm.Chat, `{"messages":[]}`)
+	e.answer(hostapi.PrepareResponse{})
+	e.forwarded(id)
+	e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+	if got := len(outcomes(e)); got != 5 {
+		t.Fatalf("outcomes after answers that reserved nothing: %d", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/llm"
@@ -47,9 +48,13 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	switch {
 	case failure == "" && ans.Reserved && gone:
 		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID) // a reservation must not linger
-	case numHeaders == 0:
-		// A prepare that timed out may still have reserved reminders this
-		// request never carried; undo that (the host ignores unknown ids).
+	case failure != "" && !hostRefused(numHeaders):
+		// A prepare without a usable answer may still have reserved
+		// reminders this request never carries: a timeout reaches the
+		// filter as the proxy's 504, a host killed mid-call as a 503 or a
+		// reset, and a host that serves the call late still reserves.
+		// Undo that; for an id it has not seen the host keeps a tombstone,
+		// so the late prepare reserves nothing (docs/failures.md).
 		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
 	}
 	if gone {
@@ -73,6 +78,30 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		}
 	}
 	h.resume()
+}
+
+// hostRefused reports whether the call answer being delivered is the
+// host's own refusal (a non-2xx JSON error: busy, body too large, bad
+// token), given before it reserved anything. The proxy's own answers (a
+// timeout's 504, a reset's 503) are plain text, and a reset has no
+// headers at all: after those the host may have reserved.
+func hostRefused(numHeaders int) bool {
+	if numHeaders == 0 {
+		return false
+	}
+	if status := httpCallStatus(); status >= 200 && status <= 299 {
+		return false
+	}
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return false
+	}
+	for _, kv := range hs {
+		if strings.EqualFold(kv[0], "content-type") {
+			return strings.HasPrefix(strings.ToLower(strings.TrimSpace(kv[1])), "application/json")
+		}
+	}
+	return false
 }
 
 // prepareFailed finishes a request whose prepare call failed. With
