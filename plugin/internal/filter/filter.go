@@ -90,6 +90,13 @@ type pluginContext struct {
 	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter
 	keptMetrics                                 keptCounters // keep.go
+
+	// unsent holds outcomes the host did not take (down or restarting),
+	// resent once it answers again (outcome.go).
+	unsent        []unsentOutcome
+	resending     int // resent outcomes in flight
+	unsentDropped int // outcomes not kept since the last report
+	outcomesRetry counter
 }
 
 // counter is a metric that may be missing (a host without metrics must not
@@ -146,6 +153,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.resolveFailures = defineCounter(MetricResolveFailures)
 	p.serverToolCalls = defineCounter(MetricServerToolCalls)
 	p.keptMetrics = defineKeptCounters()
+	p.outcomesRetry = defineCounter(MetricOutcomesResent)
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
 		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
 	}

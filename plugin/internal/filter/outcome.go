@@ -1,7 +1,9 @@
 package filter
 
 import (
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
@@ -60,24 +62,106 @@ func (p *pluginContext) sendOutcome(path, requestID string) {
 	p.reportOutcome(path, requestID, backgroundTimeoutMs, nil)
 }
 
-// reportOutcome sends path for requestID; failures are logged and counted.
+// reportOutcome sends path for requestID; failures are logged and counted,
+// and an outcome the host did not take is kept to be sent again (keepUnsent).
 // done, if not nil, runs when the host answered or the call failed. It
 // reports whether the call was dispatched (so done will run).
 func (p *pluginContext) reportOutcome(path, requestID string, timeoutMs int64, done func()) bool {
+	return p.sendOutcomeAt(path, requestID, p.now(), timeoutMs, done)
+}
+
+// sendOutcomeAt is reportOutcome for an outcome first sent at first.
+func (p *pluginContext) sendOutcomeAt(path, requestID string, first time.Time, timeoutMs int64, done func()) bool {
 	body := encodeOutcome(requestID)
 	err := p.callHost(path, body, timeoutMs, func(numHeaders, bodySize, _ int) {
-		if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
+		failure := readAnswer(numHeaders, bodySize, nil)
+		if failure != "" {
 			p.hostFailures.inc()
 			proxywasm.LogWarnf("chime: request %s: %s failed: %s", requestID, path, failure)
+			if !hostRefused(numHeaders) {
+				p.keepUnsent(unsentOutcome{path: path, requestID: requestID, first: first})
+			}
 		}
 		if done != nil {
 			done()
+		}
+		if failure == "" {
+			p.hostAnswered()
 		}
 	})
 	if err != nil {
 		p.hostFailures.inc()
 		proxywasm.LogWarnf("chime: request %s: cannot send %s: %v", requestID, path, err)
+		p.keepUnsent(unsentOutcome{path: path, requestID: requestID, first: first})
 		return false
 	}
 	return true
+}
+
+// An outcome the host did not take (it was down, restarting or stalled)
+// would leave its reservation to the expiry: a reminder the request never
+// carried waits, and one it carried is injected again. The filter keeps
+// such outcomes (bounded, per VM) and sends them again as soon as the host
+// answers a call; commit and rollback are idempotent, and touch only tasks
+// still reserved by that id (docs/failures.md).
+const (
+	maxUnsentOutcomes = 1024
+	// maxUnsentAge: past the longest reservation expiry an outcome no
+	// longer holds anything back.
+	maxUnsentAge = 2 * time.Minute
+	// MetricOutcomesResent counts outcomes sent again once the host
+	// answered.
+	MetricOutcomesResent = "chime_outcomes_resent_total"
+)
+
+type unsentOutcome struct {
+	path, requestID string
+	first           time.Time // when it was first sent
+}
+
+func (p *pluginContext) keepUnsent(o unsentOutcome) {
+	if p.now().Sub(o.first) > maxUnsentAge {
+		p.unsentDropped++
+		return
+	}
+	if len(p.unsent) >= maxUnsentOutcomes {
+		p.unsent = p.unsent[1:]
+		p.unsentDropped++
+	}
+	p.unsent = append(p.unsent, o)
+}
+
+// resendBatch bounds the resent outcomes in flight: a host that has just
+// restarted gets them a few at a time, each answer sending the next.
+const resendBatch = 16
+
+// hostAnswered runs when the host answered a call: what it missed is sent
+// again, resendBatch at a time.
+func (p *pluginContext) hostAnswered() {
+	now := p.now()
+	p.unsent = slices.DeleteFunc(p.unsent, func(o unsentOutcome) bool {
+		old := now.Sub(o.first) > maxUnsentAge
+		if old {
+			p.unsentDropped++
+		}
+		return old
+	})
+	if p.unsentDropped > 0 {
+		proxywasm.LogInfof("chime: %d commit/rollback call(s) could not be kept for the host (over %d waiting, or older than %v); their reservations expire on the host",
+			p.unsentDropped, maxUnsentOutcomes, maxUnsentAge)
+		p.unsentDropped = 0
+	}
+	for len(p.unsent) > 0 && p.resending < resendBatch {
+		o := p.unsent[0]
+		p.unsent = p.unsent[1:]
+		p.outcomesRetry.inc()
+		p.resending++
+		if !p.sendOutcomeAt(o.path, o.requestID, o.first, backgroundTimeoutMs, func() { p.resending-- }) {
+			p.resending--
+			return // kept again; the next answer tries
+		}
+	}
+	if len(p.unsent) == 0 {
+		p.unsent = nil // let the backing array go
+	}
 }

@@ -41,6 +41,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	var ans hostapi.PrepareResponse
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
+		defer h.plugin.hostAnswered() // after this request's own outcome, if any
 		h.plugin.learnNTP(ans.NTP)
 		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
 	}

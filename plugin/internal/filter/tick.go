@@ -27,6 +27,7 @@ func (p *pluginContext) OnTick() {
 			return
 		}
 		p.learnNTP(st.NTP)
+		p.hostAnswered()
 	})
 	if err != nil {
 		p.hostFailures.inc()
