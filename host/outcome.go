@@ -2,9 +2,12 @@ package host
 
 import (
 	"context"
-	"github.com/chimehq/chime/host/ui"
+	"strings"
 
+	"github.com/chimehq/chime/host/clock"
 	"github.com/chimehq/chime/host/internal/metrics"
+	"github.com/chimehq/chime/host/internal/resolve"
+	"github.com/chimehq/chime/host/ui"
 )
 
 // The outcome of a request's reservation (docs/architecture.md#request-path, step 3;
@@ -33,4 +36,11 @@ func (s *Service) Rollback(ctx context.Context, requestID string) (int, error) {
 		s.log.Info("reminders rolled back", "request", requestID, "count", n)
 	}
 	return n, err
+}
+
+// ownedByProcess: a reservation only this host process settles, a hold's
+// followup or a wake run; the next process releases one left by a process
+// that died at once (docs/clock-tool.md#reservation-commit-and-rollback).
+func ownedByProcess(requestID string) bool {
+	return strings.HasPrefix(requestID, clock.WakePrefix) || resolve.IsFollowupID(requestID)
 }

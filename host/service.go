@@ -136,6 +136,7 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		Store: store, Clock: hostClock, NTP: tracker.Snapshot,
 		DueWindow: cfg.DueWindow, Retention: cfg.Retention, Logger: logger,
 		PendingHorizon: cfg.HoldMax + responseAllowance,
+		OwnedByProcess: ownedByProcess,
 	})
 	if err != nil {
 		_ = store.Close()

@@ -62,6 +62,11 @@ type Config struct {
 	// counts every future task.
 	PendingHorizon time.Duration
 	ReservationTTL time.Duration // fixed expiry of a reservation; 0 = measured (ttl.go)
+	// OwnedByProcess reports whether a reservation id is one only the
+	// host process that made it settles (a hold's followup, a wake run):
+	// such a reservation left by a process that has died is released at
+	// once. nil: none is.
+	OwnedByProcess func(requestID string) bool
 	SweepEvery     time.Duration
 	NearDuplicate  time.Duration
 	MaxTasks       int // per session
@@ -161,15 +166,23 @@ func blockedFor(t storage.ClockTask, requestID string) bool {
 }
 
 func (e *Engine) reservedByOther(t storage.ClockTask, requestID string, now time.Time) bool {
-	ttl := e.ReservationTTL()
-	if t.ReservedAt < e.startedAt && e.cfg.ReservationTTL <= 0 {
-		// Reserved before this process started: a commit sent while the
-		// host was down is lost for good, so only a request still
-		// streaming across the restart can finish it.
-		ttl = min(ttl, MinReservationTTL)
+	if t.ReservedBy == "" || t.ReservedBy == requestID {
+		return false
 	}
-	return t.ReservedBy != "" && t.ReservedBy != requestID &&
-		now.UnixMilli()-t.ReservedAt < ttl.Milliseconds()
+	ttl := e.ReservationTTL()
+	if t.ReservedAt < e.startedAt {
+		// Reserved before this process started.
+		if e.cfg.OwnedByProcess != nil && e.cfg.OwnedByProcess(t.ReservedBy) {
+			return false // its owner died with that process
+		}
+		if e.cfg.ReservationTTL <= 0 {
+			// The filter resends an outcome the host missed once it is
+			// back, so only a request still streaming across the
+			// restart can finish it late.
+			ttl = min(ttl, MinReservationTTL)
+		}
+	}
+	return now.UnixMilli()-t.ReservedAt < ttl.Milliseconds()
 }
 
 func exhausted(t storage.ClockTask) bool {

@@ -321,3 +321,24 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+// IsFollowupID reports whether id has the form NextID gives a followup,
+// "<request id>:<kind><hop>": such a request is sent, and its reservation
+// settled, by the host process that runs the chain.
+func IsFollowupID(id string) bool {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 {
+		return false
+	}
+	suffix := id[i+1:]
+	j := strings.IndexFunc(suffix, func(r rune) bool { return r < 'a' || r > 'z' })
+	if j <= 0 || j == len(suffix) {
+		return false
+	}
+	for _, r := range suffix[j:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
