@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,13 +84,19 @@ func TestFullTmpfsRefusesWritesAndKeepsServing(t *testing.T) {
 
 func runFullDisk(t *testing.T, size string, calls int) fullDiskReport {
 	t.Helper()
+	return runFullDiskChild(t, []string{"-rm"}, size, calls, t.TempDir())
+}
+
+// runFullDiskChild runs fullDiskChild under unshare with flags, env the
+// extra environment (a loop-mounted image, a count to list).
+func runFullDiskChild(t *testing.T, flags []string, size string, calls int, mnt string, env ...string) fullDiskReport {
+	t.Helper()
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Fatalf("this test needs unshare(1) (util-linux) to mount a private tmpfs: %v", err)
+		t.Fatalf("this test needs unshare(1) (util-linux) to mount a private file system: %v", err)
 	}
-	mnt := t.TempDir()
-	cmd := exec.Command(unshare, "-rm", os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fullDiskEnv+"="+size+":"+fmt.Sprint(calls)+":"+mnt)
+	cmd := exec.Command(unshare, append(flags, os.Args[0], "-test.run=^$")...)
+	cmd.Env = append(append(os.Environ(), fullDiskEnv+"="+size+":"+fmt.Sprint(calls)+":"+mnt), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
@@ -106,8 +113,69 @@ func runFullDisk(t *testing.T, size string, calls int) fullDiskReport {
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("child report %q: %v\n%s", stdout.String(), err, tail(stderr.String()))
 	}
-	t.Logf("%s tmpfs: %d ok, %d refused; healthz %s", size, r.OK, r.Failed, r.Healthz)
+	fs := size + " tmpfs"
+	if size == "" {
+		fs = "ext4 image"
+	}
+	t.Logf("%s: %d ok, %d refused; healthz %s", fs, r.OK, r.Failed, r.Healthz)
 	return r
+}
+
+const (
+	fullDiskImageEnv = "CHIME_FULLDISK_EXT4" // an ext4 image to loop-mount instead of the tmpfs
+	fullDiskListEnv  = "CHIME_FULLDISK_LIST" // list at least this many tasks' sessions
+)
+
+// The same on ext4 in a loop-mounted image, where the unfixed host died at
+// the 80th schedule of an 8 MiB image and again on every restart: a small
+// image starts read-only; a larger one takes writes until the headroom,
+// then refuses them, and a host restarted on it (the disk still full)
+// starts, reads back every acknowledged schedule and keeps serving.
+// Loop devices need root (CI runs as root).
+func TestFullExt4ImageRefusesWritesAcrossRestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test loop-mounts an ext4 image, which needs root (CI runs as root)")
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		t.Fatalf("this test needs mkfs.ext4 (e2fsprogs): %v", err)
+	}
+	image := func(size string) string {
+		img := filepath.Join(t.TempDir(), "disk.img")
+		if out, err := exec.Command("truncate", "-s", size, img).CombinedOutput(); err != nil {
+			t.Fatalf("truncate: %v: %s", err, out)
+		}
+		if out, err := exec.Command(mkfs, "-q", "-F", img).CombinedOutput(); err != nil {
+			t.Fatalf("mkfs.ext4: %v: %s", err, out)
+		}
+		return img
+	}
+
+	small := image("8M")
+	r := runFullDiskChild(t, []string{"-m"}, "", 300, t.TempDir(), fullDiskImageEnv+"="+small)
+	if r.OK != 0 || r.Failed == 0 || !strings.Contains(r.FirstFailure, "read-only") {
+		t.Fatalf("8 MiB ext4: want every write refused as read-only, got %d ok %d failed (%q)", r.OK, r.Failed, r.FirstFailure)
+	}
+	if !r.ListOK || r.PrepareCode != http.StatusOK || !gjson.GetBytes(r.Healthz, "storage.readOnly").Bool() {
+		t.Fatalf("8 MiB ext4: reads, prepare and healthz: list ok=%v prepare %d healthz %s", r.ListOK, r.PrepareCode, r.Healthz)
+	}
+
+	big := image("64M")
+	first := runFullDiskChild(t, []string{"-m"}, "", 20000, t.TempDir(), fullDiskImageEnv+"="+big)
+	if first.OK < 200 || first.Failed == 0 || !strings.Contains(first.FirstFailure, "free disk space") {
+		t.Fatalf("64 MiB ext4: want writes until the headroom, then refusals saying why: %d ok %d failed (%q)", first.OK, first.Failed, first.FirstFailure)
+	}
+	if !first.ListOK || first.Listed != first.OK {
+		t.Fatalf("64 MiB ext4: listed %d of %d acknowledged", first.Listed, first.OK)
+	}
+	again := runFullDiskChild(t, []string{"-m"}, "", 20000, t.TempDir(), fullDiskImageEnv+"="+big, fullDiskListEnv+"="+strconv.Itoa(first.OK))
+	// What the store freed while reopening may take a few more writes.
+	if again.OK > 20 || again.Failed == 0 || !strings.Contains(again.FirstFailure, "free disk space") {
+		t.Fatalf("restarted on the full image: want writes refused, got %d ok %d failed (%q)", again.OK, again.Failed, again.FirstFailure)
+	}
+	if want := first.OK + again.OK; !again.ListOK || again.Listed != want || again.PrepareCode != http.StatusOK {
+		t.Fatalf("restarted on the full image: listed %d of %d (ok=%v), prepare %d", again.Listed, want, again.ListOK, again.PrepareCode)
+	}
 }
 
 func tail(s string) string {
@@ -125,7 +193,13 @@ func fullDiskChild() int {
 	parts := strings.SplitN(os.Getenv(fullDiskEnv), ":", 3)
 	size, mnt = parts[0], parts[2]
 	fmt.Sscan(parts[1], &calls)
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
+	if img := os.Getenv(fullDiskImageEnv); img != "" {
+		// A loop device needs mount(8) to set it up.
+		if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "mount ext4 image: %v: %s\n", err, out)
+			return 2
+		}
+	} else if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
 		fmt.Fprintln(os.Stderr, "mount tmpfs:", err)
 		return 2
 	}
@@ -161,7 +235,11 @@ func fullDiskChild() int {
 		r.Failed++
 	}
 	r.ListOK = true
-	for i := 0; i <= (r.OK+r.Failed)/50; i++ {
+	upTo := r.OK + r.Failed
+	if n, err := strconv.Atoi(os.Getenv(fullDiskListEnv)); err == nil {
+		upTo = max(upTo, n) // a restarted host reads back what the first one acknowledged
+	}
+	for i := 0; i <= upTo/50; i++ {
 		res := gjson.ParseBytes(post(PathToolsExecute, ToolCall{SessionID: session(i * 50), RequestID: "list", Name: "clock", Arguments: json.RawMessage(`{"action":"list"}`)}).Bytes())
 		r.ListOK = r.ListOK && res.Get("ok").Bool()
 		r.Listed += int(res.Get("items.#").Int())
