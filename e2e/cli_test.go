@@ -131,6 +131,7 @@ func waitOK(t testing.TB, url string, p *proc) {
 // demo is one chime stack on free ports.
 type demo struct {
 	proxyURL, hostURL, mockURL string
+	proxyProc                  *proc
 	adminURL                   string
 	config                     string // rewritten envoy.yaml
 	dataDir                    string
@@ -203,7 +204,7 @@ func (d *demo) host(t testing.TB) *proc {
 // proxyAndMock runs `chime proxy` and `chime mockllm` as two processes.
 func (d *demo) proxyAndMock(t testing.TB) {
 	startChime(t, nil, []string{d.mockURL + "/__mock/requests"}, "mockllm", "--addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort))
-	startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+	d.proxyProc = startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
 	d.guardRejections(t)
 }
 

@@ -27,6 +27,11 @@ import (
 // reserve→commit window of a kill or the stop (goal 0) and the p99 from a
 // reminder's dueAt to the first request that carried it (goal ≤ 10 s).
 // Real time is the thing measured, hence the sleeps.
+//
+// It also prints how long the host took to come back after each kill and
+// the slowest reminders. With CHIME_FAULTS_TRACE=<dir> it writes there
+// every host process's log (host.log), the proxy's (proxy.log) and the
+// 40 slowest reminders with their session's requests (slowest.txt).
 func BenchmarkFaults(b *testing.B) {
 	for range b.N {
 		runFaults(b)
@@ -42,9 +47,27 @@ type chaos struct {
 	events  []faultEvent // kills and the stop, for the window check
 	killsN  int
 	stopped bool
+	trace   string          // CHIME_FAULTS_TRACE: a directory for the logs
+	restart []time.Duration // kill → host ready again
 }
 
-type faultEvent struct{ from, to time.Time }
+// faultEvent is a kill (from = to) or the stop; ready is when the host
+// answered again.
+type faultEvent struct{ from, to, ready time.Time }
+
+// appendTrace adds text to a file in the trace directory.
+func (c *chaos) appendTrace(name, text string) {
+	if c.trace == "" {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(c.trace, name), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		c.b.Logf("trace: %v", err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(text)
+}
 
 func (c *chaos) start() {
 	p := startChime(c.b, c.env, []string{c.d.hostURL + "/healthz"}, "host", "--addr", strings.TrimPrefix(c.d.hostURL, "http://"))
@@ -60,9 +83,12 @@ func (c *chaos) kill() {
 	c.mu.Unlock()
 	at := time.Now()
 	p.kill(syscall.SIGKILL)
+	c.appendTrace("host.log", fmt.Sprintf("=== killed at %s\n%s", at.Format(time.RFC3339Nano), p.logs.String()))
 	c.start()
+	ready := time.Now()
 	c.mu.Lock()
-	c.events = append(c.events, faultEvent{at, at})
+	c.events = append(c.events, faultEvent{at, at, ready})
+	c.restart = append(c.restart, ready.Sub(at))
 	c.killsN++
 	c.mu.Unlock()
 }
@@ -77,7 +103,7 @@ func (c *chaos) stop(d time.Duration) {
 	time.Sleep(d) // the fault is real time
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	c.mu.Lock()
-	c.events = append(c.events, faultEvent{at, time.Now()})
+	c.events = append(c.events, faultEvent{at, time.Now(), time.Now()})
 	c.stopped = true
 	c.mu.Unlock()
 }
@@ -153,7 +179,7 @@ func runFaults(b *testing.B) {
 	if err := os.WriteFile(cfg, []byte("clock:\n  dueWindow: 1s\nholds:\n  max: 2s\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	c := &chaos{b: b, d: d, env: append(d.env(), "CHIME_CONFIG="+cfg)}
+	c := &chaos{b: b, d: d, env: append(d.env(), "CHIME_CONFIG="+cfg), trace: os.Getenv("CHIME_FAULTS_TRACE")}
 	c.start()
 	d.proxyAndMock(b)
 
@@ -249,6 +275,8 @@ func runFaults(b *testing.B) {
 	go func() { c.run(10, true, 2*time.Second); close(done) }()
 	pc := protoCases[0]
 	var reqs atomic.Int64
+	var visitMu sync.Mutex
+	visits := map[string][][2]time.Time{} // session → its requests' start and end
 	for w := range 16 {
 		wg.Go(func() {
 			for n := 0; !stopWork.Load(); n++ {
@@ -257,7 +285,11 @@ func runFaults(b *testing.B) {
 					time.Sleep(10 * time.Millisecond) // idle worker: nothing due in this session yet
 					continue
 				}
+				t0 := time.Now()
 				_, _, _ = post(d.proxyURL+pc.path, pc.header(s), pc.body(s, fmt.Sprintf("ping %d", n)))
+				visitMu.Lock()
+				visits[s] = append(visits[s], [2]time.Time{t0, time.Now()})
+				visitMu.Unlock()
 				reqs.Add(1)
 				time.Sleep(200 * time.Millisecond) // a client's pace
 			}
@@ -309,6 +341,7 @@ func runFaults(b *testing.B) {
 			}
 		}
 	}
+	c.reportSlowest(due, first, visits, sessionsB)
 	slices.Sort(lat)
 	p99, p50 := time.Duration(0), time.Duration(0)
 	if len(lat) > 0 {
@@ -324,4 +357,48 @@ func runFaults(b *testing.B) {
 	if lostA+lostB > 0 {
 		b.Errorf("lost %d schedules and %d reminders", lostA, lostB)
 	}
+}
+
+// reportSlowest prints the host's restart times and the slowest reminders,
+// and with a trace directory writes the logs and, for the 40 slowest, the
+// requests of their session between due and delivered.
+func (c *chaos) reportSlowest(due, first map[string]time.Time, visits map[string][][2]time.Time, sessions int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := slices.Clone(c.restart)
+	slices.Sort(rs)
+	if len(rs) > 0 {
+		fmt.Printf("faults: host back after kill -9: p50 %v max %v\n", rs[len(rs)/2].Round(time.Millisecond), rs[len(rs)-1].Round(time.Millisecond))
+	}
+	tasks := make([]string, 0, len(first))
+	for task := range first {
+		tasks = append(tasks, task)
+	}
+	late := func(task string) time.Duration { return first[task].Sub(due[task]) }
+	slices.SortFunc(tasks, func(a, b string) int { return int(late(b) - late(a)) })
+	const clock = "15:04:05.000"
+	var b strings.Builder
+	for i, task := range tasks[:min(40, len(tasks))] {
+		line := fmt.Sprintf("%s due %s delivered %s (%v late)", task, due[task].Format(clock), first[task].Format(clock), late(task).Round(time.Millisecond))
+		if i < 5 {
+			fmt.Println("faults: slowest:", line)
+		}
+		b.WriteString(line + "\n")
+		var n int
+		_, _ = fmt.Sscanf(task, "due-%d", &n)
+		for _, v := range visits[fmt.Sprintf("fb-%03d", n%sessions)] {
+			if v[1].After(due[task].Add(-time.Second)) && v[0].Before(first[task].Add(time.Second)) {
+				fmt.Fprintf(&b, "  request %s .. %s\n", v[0].Format(clock), v[1].Format(clock))
+			}
+		}
+	}
+	if c.trace == "" {
+		return
+	}
+	for _, e := range c.events {
+		fmt.Fprintf(&b, "fault %s .. %s, host ready %s\n", e.from.Format(clock), e.to.Format(clock), e.ready.Format(clock))
+	}
+	c.appendTrace("slowest.txt", b.String())
+	c.appendTrace("host.log", "=== last process\n"+c.host.logs.String())
+	c.appendTrace("proxy.log", c.d.proxyProc.logs.String())
 }
