@@ -772,11 +772,21 @@ func TestTimedOutPrepareIsRolledBack(t *testing.T) {
 		}
 	}
 	// The host's own refusal (a JSON error: busy, body too large) came
-	// before it reserved anything, and a host that answered without
-	// reserving gets no outcome either.
+	// before it reserved anything, a call the proxy could not even send
+	// (no connection: the host is down; the circuit breaker) never reached
+	// it, and a host that answered without reserving gets no outcome
+	// either.
 	for _, status := range []string{"503", "413"} {
 		id := e.send(llm.Chat, `{"messages":[]}`)
 		e.fail([][2]string{{":status", status}, {"content-type", "application/json"}}, `{"error":"host busy: too many prepare calls in flight"}`)
+		e.forwarded(id)
+	}
+	for _, body := range []string{
+		"upstream connect error or disconnect/reset before headers. reset reason: connection failure, transport failure reason: delayed connect error: 111",
+		"upstream connect error or disconnect/reset before headers. reset reason: overflow",
+	} {
+		id := e.send(llm.Chat, `{"messages":[]}`)
+		e.fail([][2]string{{":status", "503"}, {"content-type", "text/plain"}}, body)
 		e.forwarded(id)
 	}
 	id = e.send(llm.Chat, `{"messages":[]}`)

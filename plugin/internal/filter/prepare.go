@@ -49,7 +49,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	switch {
 	case failure == "" && ans.Reserved && gone:
 		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID) // a reservation must not linger
-	case failure != "" && !hostRefused(numHeaders):
+	case failure != "" && !hostRefused(numHeaders) && !neverSent(numHeaders):
 		// A prepare without a usable answer may still have reserved
 		// reminders this request never carries: a timeout reaches the
 		// filter as the proxy's 504, a host killed mid-call as a 503 or a
@@ -103,6 +103,22 @@ func hostRefused(numHeaders int) bool {
 		}
 	}
 	return false
+}
+
+// neverSent reports whether the call answer being delivered is the proxy
+// saying the call never left it: no connection to the host could be made
+// (the host is down), or the cluster's circuit breaker overflowed. Such a
+// prepare reserved nothing, and a rollback for it would only add a write to
+// a host that is just coming back.
+func neverSent(numHeaders int) bool {
+	if numHeaders == 0 || httpCallStatus() != 503 {
+		return false
+	}
+	body, _ := proxywasm.GetHttpCallResponseBody(0, 512)
+	b := string(body)
+	return strings.Contains(b, "reset reason: connection failure") ||
+		strings.Contains(b, "reset reason: remote connection failure") ||
+		strings.Contains(b, "reset reason: overflow")
 }
 
 // prepareFailed finishes a request whose prepare call failed. With
