@@ -232,6 +232,10 @@ func (c *tcpConn) handleSignals() bool {
 		}
 		c.continueReading(i + 1)
 	}
+	if !c.closed && c.upFINSent && c.upEOF {
+		// A continued end of stream reached an upstream that had closed.
+		c.upstreamClosed("upstream half-closes done")
+	}
 	return len(conts) > 0
 }
 
@@ -313,9 +317,17 @@ func (c *tcpConn) onDownstreamRead(r readChunk) {
 		c.readEOFRaised = true
 	}
 	c.continueReading(0)
-	if !c.closed && c.readEOF && c.downFINSent {
-		// Both directions of the client connection are closed.
+	if c.closed || !c.readEOF {
+		return
+	}
+	switch {
+	case c.downFINSent:
+		// Both directions of the client connection are closed: Envoy's
+		// read event finds both sides half-closed and closes it as a
+		// remote close, before the upstream's close event.
 		c.closeDownstream(netfilter.CloseRemote, "downstream half-closes done")
+	case c.upFINSent && c.upEOF:
+		c.upstreamClosed("upstream half-closes done")
 	}
 }
 
@@ -382,9 +394,6 @@ func (c *tcpConn) proxyData() netfilter.Status {
 	if c.readEOF && !c.upFINSent {
 		c.upFINSent = true
 		closeWrite(c.up)
-		if c.upEOF {
-			c.upstreamClosed("upstream half-closes done")
-		}
 	}
 	return netfilter.StopIteration
 }
