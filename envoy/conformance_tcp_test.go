@@ -474,3 +474,72 @@ func TestTCPProxyManyConnections(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTCPProxyWithoutFilters: tcp_proxy alone pipes bytes; a tcp_proxy
+// whose cluster is not in the config is accepted at load, as in Envoy, and
+// closes each connection (downstream_cx_no_route). Both listeners show in
+// the admin's /listeners.
+func TestTCPProxyWithoutFilters(t *testing.T) {
+	up := newTCPUpstream(t, "")
+	host, port, _ := net.SplitHostPort(up.ln.Addr().String())
+	y := fmt.Sprintf(`admin: { address: { socket_address: { address: 127.0.0.1, port_value: 0 } } }
+static_resources:
+  listeners:
+  - name: plain
+    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: plain, cluster: origin } }] }]
+  - name: noroute
+    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+    filter_chains: [{ filters: [{ name: envoy.filters.network.tcp_proxy, typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: lost, cluster: nowhere } }] }]
+  clusters:
+  - name: origin
+    load_assignment:
+      cluster_name: origin
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: %s, port_value: %s } } } }] }]
+`, host, port)
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := envoy.Start(context.Background(), envoy.Options{ConfigPath: path, Workers: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	p := &runningProxy{srv: srv, logs: &logBuffer{}}
+
+	c, err := net.Dial("tcp", srv.Addr("plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "plain bytes")
+	if got := readN(t, c, 11); got != "plain bytes" {
+		t.Fatalf("echo %q", got)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	expectEOF(t, c)
+
+	lost, err := net.Dial("tcp", srv.Addr("noroute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lost.Close()
+	lost.SetDeadline(time.Now().Add(10 * time.Second))
+	expectEOF(t, lost)
+	if stats := fetchStats(t, p); !strings.Contains(stats, `envoy_tcp_downstream_cx_no_route{envoy_tcp_prefix="lost"} 1`+"\n") {
+		t.Fatalf("stats:\n%s", stats)
+	}
+	resp, err := newConn(t).c.Get(p.adminURL("/listeners"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, l := range []string{"plain::" + srv.Addr("plain"), "noroute::" + srv.Addr("noroute")} {
+		if !strings.Contains(string(b), l) {
+			t.Errorf("/listeners lacks %q:\n%s", l, b)
+		}
+	}
+}
