@@ -41,10 +41,17 @@ lint: $(STATICCHECK)
 race:
 	$(GO) test -race -count=1 -timeout 20m ./host/... ./envoy/internal/proxy/... ./llm/... ./hostapi/... ./storage/...
 
+# The e2e tests `make test` runs a second time under the envoy-1.39 WASI
+# profile (the whole suite runs under envoy-1.38): both backends of the
+# proxy tests, the request and response paths through `chime up`, holds,
+# timers, the route directive, and the check that the profile is in effect.
+E2E_139 = ^(TestWASIProfileInEffect|TestJSONThroughFilter|TestSSEStreamsLive|TestHostDownFailsOpen|TestOversizedBodyGets413|TestRequestPathThroughChimeUp|TestStopMessage|TestHoldUntilDue|TestRouteDirectiveSameRequest|TestTimerTools)$$
+
 # Unit, conformance, fuzz seed corpora (Fuzz* run their seeds as tests) and e2e.
 test: vet wasm
 	@[ -n "$$ENVOY_BIN" ] || echo "make test: ENVOY_BIN is not set, so the e2e runs against a real Envoy are skipped; the local runtime runs every e2e test."
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 20m ./...
+	CHIME_E2E_WASI_PROFILE=envoy-1.39 CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout 10m -run '$(E2E_139)' ./e2e/
 
 # Every Fuzz target of every package for FUZZTIME each (their seed
 # corpora run in `make test`); non-zero when any finds a failure. The

@@ -191,7 +191,7 @@ func (d *demo) withHostConfig(t testing.TB, yamlText string) *demo {
 func (d *demo) up(t testing.TB) *proc {
 	p := startChime(t, d.env(), []string{d.hostURL + "/healthz", d.mockURL + "/__mock/requests", d.adminURL + "/ready"},
 		"up", "-c", d.config, "--host-addr", fmt.Sprintf("127.0.0.1:%d", d.hostPort),
-		"--mock-addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort), "--wasi-profile", "envoy-1.38", "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+		"--mock-addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort), "--wasi-profile", e2eProfile(), "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
 	d.guardRejections(t)
 	return p
 }
@@ -204,7 +204,7 @@ func (d *demo) host(t testing.TB) *proc {
 // proxyAndMock runs `chime proxy` and `chime mockllm` as two processes.
 func (d *demo) proxyAndMock(t testing.TB) {
 	startChime(t, nil, []string{d.mockURL + "/__mock/requests"}, "mockllm", "--addr", fmt.Sprintf("127.0.0.1:%d", d.mockPort))
-	d.proxyProc = startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
+	d.proxyProc = startChime(t, nil, []string{d.adminURL + "/ready"}, "proxy", "-c", d.config, "--wasi-profile", e2eProfile(), "--cache-dir", filepath.Join(os.TempDir(), "chime-e2e-cache"))
 	d.guardRejections(t)
 }
 

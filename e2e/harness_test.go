@@ -209,7 +209,7 @@ func startLocal(t testing.TB, configPath string) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := envoy.Start(ctx, envoy.Options{
 		ConfigPath:  configPath,
-		WASIProfile: "envoy-1.38",
+		WASIProfile: e2eProfile(),
 		CacheDir:    filepath.Join(os.TempDir(), "chime-e2e-cache"),
 		Workers:     2,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -50,7 +50,7 @@ func guest(t *testing.T, name string) string {
 			return
 		}
 		guestBuild.wasm = map[string]string{}
-		for _, g := range []string{"conformance", "vmshare"} {
+		for _, g := range []string{"conformance", "vmshare", "tcpfilter"} {
 			out := filepath.Join(guestBuild.dir, g+".wasm")
 			cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./internal/wasmhost/testdata/"+g)
 			cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")

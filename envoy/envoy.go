@@ -139,6 +139,12 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 					return nil, fmt.Errorf("envoy: plugin configuration of %q: %w", f.RootID, err)
 				}
 			}
+			for j := range cfg.Listeners[i].NetworkFilters {
+				f := &cfg.Listeners[i].NetworkFilters[j]
+				if f.PluginConfiguration, err = opt.PluginConfiguration(f.RootID, f.PluginConfiguration); err != nil {
+					return nil, fmt.Errorf("envoy: plugin configuration of %q: %w", f.RootID, err)
+				}
+			}
 		}
 	}
 	if err := checkWasmFiles(cfg); err != nil {
@@ -181,6 +187,11 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			filters[l.Name] = append(filters[l.Name], f)
 		}
 	}
+	netFilters, err := s.buildNetworkFilters(ctx, env)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
 	// bootstrap_extensions WasmService: a singleton gets one VM of its own
 	// (Envoy runs it on the main thread); otherwise it is one more plugin
 	// in each worker's VM, shared like a filter's.
@@ -200,7 +211,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		}
 		s.factories = append(s.factories, f)
 	}
-	s.proxy, err = proxy.Listen(proxy.Options{Config: cfg, Clusters: s.clusters, Filters: filters, Workers: opt.Workers, Stats: st, Logger: opt.Logger})
+	s.proxy, err = proxy.Listen(proxy.Options{Config: cfg, Clusters: s.clusters, Filters: filters, NetworkFilters: netFilters, Workers: opt.Workers, Stats: st, Logger: opt.Logger})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("envoy: %w", err)
@@ -228,6 +239,7 @@ func checkWasmFiles(cfg *config.Config) error {
 	var all []httpfilter.WasmConfig
 	for _, l := range cfg.Listeners {
 		all = append(all, l.HTTPFilters...)
+		all = append(all, l.NetworkFilters...)
 	}
 	for _, svc := range cfg.Services {
 		all = append(all, svc.Wasm)

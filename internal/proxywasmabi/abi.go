@@ -81,6 +81,17 @@ const (
 	StreamUpstream     StreamType = 3
 )
 
+// PeerType is proxy_peer_type_t, the closing side passed to
+// proxy_on_downstream_connection_close and proxy_on_upstream_connection_close.
+type PeerType uint32
+
+// Peer types.
+const (
+	PeerUnknown PeerType = 0
+	PeerLocal   PeerType = 1
+	PeerRemote  PeerType = 2
+)
+
 // MetricType is proxy_metric_type_t.
 type MetricType uint32
 

@@ -159,6 +159,17 @@ var GuestCallbacks = []Func{
 	callback("proxy_on_delete", 1, 0),
 }
 
+// NetworkCallbacks are the exports of a network (TCP) filter module, with
+// the signature Envoy calls them with. They are not part of GuestCallbacks,
+// which an HTTP filter is checked against.
+var NetworkCallbacks = []Func{
+	callback("proxy_on_new_connection", 1, 1),
+	callback("proxy_on_downstream_data", 3, 1),
+	callback("proxy_on_upstream_data", 3, 1),
+	callback("proxy_on_downstream_connection_close", 2, 0),
+	callback("proxy_on_upstream_connection_close", 2, 0),
+}
+
 func wasi(name string, params ...ValueType) Func {
 	return Func{Module: ModuleWASI, Name: name, Params: params, Results: words(1)}
 }

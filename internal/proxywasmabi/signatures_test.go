@@ -6,7 +6,7 @@ import (
 )
 
 func TestCatalogueNamesAreUnique(t *testing.T) {
-	for name, fns := range map[string][]Func{"HostFunctions": HostFunctions, "GuestCallbacks": GuestCallbacks, "WASIFull": WASIFull} {
+	for name, fns := range map[string][]Func{"HostFunctions": HostFunctions, "GuestCallbacks": GuestCallbacks, "NetworkCallbacks": NetworkCallbacks, "WASIFull": WASIFull} {
 		seen := map[string]bool{}
 		for _, f := range fns {
 			if seen[f.Name] {

@@ -100,6 +100,11 @@ type Listener struct {
 	// HTTPFilters are the wasm filters in config order; the router is
 	// implicit and always last (Envoy requires it there).
 	HTTPFilters []httpfilter.WasmConfig
+	// TCPProxy is set when the chain ends in tcp_proxy instead of an
+	// http_connection_manager (the HTTP fields above are then unset), and
+	// NetworkFilters are the wasm network filters before it, in order.
+	TCPProxy       *TCPProxy
+	NetworkFilters []httpfilter.WasmConfig
 }
 
 // Address is host:port for net.Listen.

@@ -401,6 +401,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("static_resources: {listeners: [{}]}"))
 	f.Add([]byte("a: [1, {b: *x}]"))
 	f.Add([]byte("{}"))
+	f.Add([]byte(tcpDoc(netWasmFilter + tcpProxyFilter)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, "fuzz.yaml")
 		if err == nil && c == nil {

@@ -203,24 +203,7 @@ func translateListener(l *listenerv3.Listener, where string) (*Listener, error) 
 		Port:        int(sa.GetPortValue()),
 		BufferLimit: uint32Or(l.GetPerConnectionBufferLimitBytes(), DefaultBufferLimit),
 	}
-	if len(l.GetFilterChains()) != 1 || len(l.GetFilterChains()[0].GetFilters()) != 1 {
-		return nil, fmt.Errorf("%s (%s): the chime proxy needs exactly one filter chain with exactly one network filter (http_connection_manager)", where, ln.Name)
-	}
-	f := l.GetFilterChains()[0].GetFilters()[0]
-	where = fmt.Sprintf("%s.filter_chains[0].filters[0]", where)
-	msg, err := unpackTyped(f.GetTypedConfig(), f.GetName(), where)
-	if err != nil {
-		return nil, err
-	}
-	hcm, ok := msg.(*hcmv3.HttpConnectionManager)
-	if !ok {
-		return nil, fmt.Errorf("%s: network filter %q (%s): not supported by the chime proxy (only http_connection_manager is)", where, f.GetName(), msg.ProtoReflect().Descriptor().FullName())
-	}
-	where += ".typed_config"
-	if err := checkSupported(hcm.ProtoReflect(), hcmFields, "", where); err != nil {
-		return nil, err
-	}
-	if err := translateHCM(hcm, ln, where); err != nil {
+	if err := translateFilterChain(l, ln, where); err != nil {
 		return nil, err
 	}
 	return ln, nil

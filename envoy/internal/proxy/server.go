@@ -18,6 +18,7 @@ import (
 
 	"github.com/chimehq/chime/envoy/internal/config"
 	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	"github.com/chimehq/chime/envoy/internal/netfilter"
 	"github.com/chimehq/chime/envoy/internal/stats"
 )
 
@@ -28,6 +29,9 @@ type Options struct {
 	// Filters holds, per listener name, one factory per entry of that
 	// listener's HTTPFilters (config order). The router is implicit.
 	Filters map[string][]httpfilter.Factory
+	// NetworkFilters holds, per TCP listener name (one whose chain ends in
+	// tcp_proxy), one factory per entry of its NetworkFilters.
+	NetworkFilters map[string][]netfilter.Factory
 	// Workers is the number of worker slots connections are spread over
 	// (StreamInfo.Worker, for VM affinity). Default 1.
 	Workers int
@@ -38,6 +42,7 @@ type Options struct {
 // Server is the set of running listeners.
 type Server struct {
 	listeners []*listener
+	tcp       []*tcpListener
 	wg        sync.WaitGroup // Serve loops
 	streams   sync.WaitGroup // running streams
 	ctx       context.Context
@@ -84,6 +89,13 @@ func Listen(opt Options) (*Server, error) {
 	s := &Server{}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, lc := range opt.Config.Listeners {
+		if lc.TCPProxy != nil {
+			if err := s.listenTCP(lc, opt); err != nil {
+				s.Close()
+				return nil, err
+			}
+			continue
+		}
 		facs := opt.Filters[lc.Name]
 		if len(facs) != len(lc.HTTPFilters) {
 			s.Close()
@@ -142,6 +154,11 @@ func (s *Server) Addr(name string) string {
 			return l.ln.Addr().String()
 		}
 	}
+	for _, l := range s.tcp {
+		if l.cfg.Name == name {
+			return l.ln.Addr().String()
+		}
+	}
 	return ""
 }
 
@@ -149,6 +166,9 @@ func (s *Server) Addr(name string) string {
 func (s *Server) Names() []string {
 	var out []string
 	for _, l := range s.listeners {
+		out = append(out, l.cfg.Name)
+	}
+	for _, l := range s.tcp {
 		out = append(out, l.cfg.Name)
 	}
 	return out
@@ -160,6 +180,9 @@ func (s *Server) Close() error {
 	s.cancel()
 	for _, l := range s.listeners {
 		_ = l.srv.Close()
+	}
+	for _, l := range s.tcp {
+		l.close()
 	}
 	s.wg.Wait()
 	s.streams.Wait()
@@ -181,3 +204,22 @@ func (l *listener) countResponse(code int) {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+// listenTCP binds a listener whose chain ends in tcp_proxy (tcp.go).
+func (s *Server) listenTCP(lc *config.Listener, opt Options) error {
+	if len(opt.NetworkFilters[lc.Name]) != len(lc.NetworkFilters) {
+		return fmt.Errorf("proxy: listener %s has %d network filters but %d factories", lc.Name, len(lc.NetworkFilters), len(opt.NetworkFilters[lc.Name]))
+	}
+	ln, err := net.Listen("tcp", lc.Address())
+	if err != nil {
+		return fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+	}
+	l := newTCPListener(s.ctx, lc, opt, ln)
+	s.tcp = append(s.tcp, l)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		l.serve()
+	}()
+	return nil
+}

@@ -736,7 +736,9 @@ func (vm *vmInstance) buffer(t abi.BufferType) *bufferRef {
 			return &bufferRef{live: s.reqBody}
 		}
 		return &bufferRef{live: s.respBody}
-	case abi.BufferDownstreamData, abi.BufferUpstreamData, abi.BufferGrpcReceiveBuffer, abi.BufferForeignFunctionArguments:
+	case abi.BufferDownstreamData, abi.BufferUpstreamData:
+		return vm.netBuffer(t)
+	case abi.BufferGrpcReceiveBuffer, abi.BufferForeignFunctionArguments:
 		return &bufferRef{}
 	case abi.BufferHttpCallResponseBody:
 		if vm.httpResp == nil {
@@ -1016,6 +1018,7 @@ func hostContinueStream(vm *vmInstance, _ context.Context, a []uint32) abi.Statu
 		}
 		return abi.StatusOK
 	case abi.StreamDownstream:
+		netContinue(s)
 		return abi.StatusOK
 	case abi.StreamUpstream:
 		return abi.StatusUnimplemented
@@ -1028,6 +1031,10 @@ func hostCloseStream(vm *vmInstance, _ context.Context, a []uint32) abi.Status {
 		return abi.StatusBadArgument
 	}
 	s := vm.effective()
+	if t := abi.StreamType(a[0]); t == abi.StreamDownstream || t == abi.StreamUpstream {
+		netClose(s, t)
+		return abi.StatusOK
+	}
 	if s != nil && !s.completed && (abi.StreamType(a[0]) == abi.StreamHttpRequest || abi.StreamType(a[0]) == abi.StreamHttpResponse) {
 		cb := s.cb
 		s.queue(func() {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,7 +346,7 @@ func (g *vmGroup) checkModule(cm wazero.CompiledModule) error {
 	}
 	// cpp-host looks every callback up with its signature and fails the VM
 	// on a mismatch ("Bad function signature").
-	for _, cb := range abi.GuestCallbacks {
+	for _, cb := range append(slices.Clip(abi.GuestCallbacks), abi.NetworkCallbacks...) {
 		if fn := exports[cb.Name]; fn != nil && !cb.SameSignature(catalogueTypes(fn.ParamTypes()), catalogueTypes(fn.ResultTypes())) {
 			return fmt.Errorf("wasm: Bad function signature for: %s", cb.Name)
 		}

@@ -35,6 +35,8 @@ type stream struct {
 
 	props    map[string][]byte           // set_property values (Envoy filter state "wasm.<path>")
 	declared map[string]declaredProperty // declare_property called on this stream context
+
+	net *netState // set for a network filter's connection context (netfilter.go)
 }
 
 func newStream(f *Factory, vm *vmInstance, cb httpfilter.Callbacks) *stream {

@@ -75,6 +75,7 @@ type vmInstance struct {
 	metrics                               map[uint32]httpfilter.Metric
 	nextCounter, nextGauge, nextHistogram uint32
 	pluginConfigVisible                   bool
+	net                                   *netExports // network filter callbacks (netfilter.go)
 }
 
 // callState is what host functions need to know about the call in progress.
