@@ -201,7 +201,9 @@ func (s *Service) applyDirectives(ctx context.Context, sid string, req hostapi.P
 		}
 		return s.inTime(ctx, req) // the last moment to give up cleanly
 	}
-	update := func() error { return s.store.Update(stage) }
+	// Concurrent prepares share one transaction and one fsync
+	// (storage.UpdateShared); each one's directives stay all or none.
+	update := func() error { return s.store.UpdateShared(stage) }
 	if slices.ContainsFunc(ds, func(d hostapi.HostDirective) bool {
 		return d.Kind == hostapi.DirectiveClock || d.Kind == hostapi.DirectiveClockClear
 	}) {
