@@ -86,6 +86,10 @@ type pluginContext struct {
 	failOpenReason string
 	failOpenLogged time.Time
 
+	// preparesInFlight counts the prepare calls awaiting their answer
+	// (loadtimeout.go).
+	preparesInFlight int
+
 	requests, hostFailures, failOpen, malformed counter
 	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter

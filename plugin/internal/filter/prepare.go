@@ -26,7 +26,10 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 	h.prep = prep
 	body, err := encodePrepare(prep)
 	if err == nil {
-		err = h.plugin.callHost(hostapi.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
+		err = h.plugin.callHost(hostapi.PathPrepare, body, h.prepareTimeoutMs, h.onPrepareAnswer)
+	}
+	if err == nil {
+		h.plugin.preparesInFlight++
 	}
 	if err != nil {
 		return h.prepareFailed("dispatch prepare: " + err.Error())
@@ -37,6 +40,7 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 // onPrepareAnswer runs when the host answers, fails or times out. The
 // call belongs to the plugin context, so the stream may be gone by now.
 func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
+	h.plugin.preparesInFlight--
 	var ans hostapi.PrepareResponse
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {

@@ -28,7 +28,9 @@ type httpContext struct {
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
-	zone     *time.Location
+	// prepareTimeoutMs is this request's prepare timeout (loadtimeout.go).
+	prepareTimeoutMs int64
+	zone             *time.Location
 
 	reserved        bool // the host reserved reminders for this request
 	outcomeSent     bool
@@ -184,6 +186,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))
+	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
@@ -194,7 +197,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		PreviousResponseID: req.PreviousResponseID(),
 		// After this the prepare must not reserve (docs/failures.md): the filter
 		// fails open and rolls the id back.
-		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.plugin.cfg.PrepareTimeoutMs,
+		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
 	}
 	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
