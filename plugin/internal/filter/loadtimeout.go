@@ -9,7 +9,8 @@ package filter
 // not answer still costs a request no more than that.
 
 // prepareCallsPerStep is how many prepare calls in flight add one more
-// prepareTimeoutMs to the timeout of the next call.
+// prepareTimeoutMs to the timeout of the next call (in proportion: 4 add
+// half of it).
 const prepareCallsPerStep = 8
 
 // prepareTimeoutMs is the timeout of a prepare call sent now:
