@@ -32,10 +32,10 @@ type Config struct {
 	FailOpen bool `json:"failOpen"`
 	// PrepareTimeoutMs bounds the prepare call (docs/failures.md: 200 ms).
 	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
-	// PrepareTimeoutMaxMs caps the prepare timeout when many prepare calls
-	// are in flight: it grows by prepareTimeoutMs per 8 of them
-	// (docs/failures.md#overload). Default 5 000; never below
-	// prepareTimeoutMs.
+	// PrepareTimeoutMaxMs caps the prepare timeout, which grows with the
+	// requests waiting for their prepare and the recent prepare latency
+	// (loadtimeout.go, docs/failures.md#overload). Default 5 000; never
+	// below prepareTimeoutMs.
 	PrepareTimeoutMaxMs int64 `json:"prepareTimeoutMaxMs"`
 	// ResolveTimeoutMs bounds the resolve call of the response path. The
 	// host answers when the whole chain is done, and it bounds every chain,

@@ -86,9 +86,12 @@ type pluginContext struct {
 	failOpenReason string
 	failOpenLogged time.Time
 
-	// preparesInFlight counts the prepare calls awaiting their answer
+	// awaitingPrepare counts the requests past their headers that wait
+	// for their prepare answer (loadtimeout.go).
+	awaitingPrepare int
+	// prepareLatencyMs averages the latency of answered prepare calls
 	// (loadtimeout.go).
-	preparesInFlight int
+	prepareLatencyMs int64
 
 	requests, hostFailures, failOpen, malformed counter
 	directivesDropped                           counter

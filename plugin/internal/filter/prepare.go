@@ -29,9 +29,10 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 		err = h.plugin.callHost(hostapi.PathPrepare, body, h.prepareTimeoutMs, h.onPrepareAnswer)
 	}
 	if err == nil {
-		h.plugin.preparesInFlight++
+		h.prepareSentAt = h.plugin.now()
 	}
 	if err != nil {
+		h.prepareSettled()
 		return h.prepareFailed("dispatch prepare: " + err.Error())
 	}
 	return proxywasm.ActionPause
@@ -40,10 +41,11 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 // onPrepareAnswer runs when the host answers, fails or times out. The
 // call belongs to the plugin context, so the stream may be gone by now.
 func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
-	h.plugin.preparesInFlight--
+	h.prepareSettled()
 	var ans hostapi.PrepareResponse
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
+		h.plugin.prepareAnswered(h.plugin.now().Sub(h.prepareSentAt).Milliseconds())
 		h.plugin.learnNTP(ans.NTP)
 		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
 	}

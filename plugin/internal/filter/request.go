@@ -30,6 +30,8 @@ type httpContext struct {
 	req      *llm.Request // the parsed body while prepare is pending
 	// prepareTimeoutMs is this request's prepare timeout (loadtimeout.go).
 	prepareTimeoutMs int64
+	prepareSentAt    time.Time
+	awaiting         bool // counted in plugin.awaitingPrepare
 	zone             *time.Location
 
 	reserved        bool // the host reserved reminders for this request
@@ -110,6 +112,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	}
 
 	h.handled, h.protocol, h.path = true, proto, path
+	h.awaitPrepare() // loadtimeout.go
 	// The body may change, so its length must not be pinned (docs/architecture.md).
 	// The response must arrive uncompressed for the response path to read
 	// it; a compressor filter downstream may still compress it for the client.
@@ -170,10 +173,12 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
 	if err != nil {
 		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
+		h.prepareSettled()
 		return proxywasm.ActionContinue
 	}
 	req, err := llm.ParseRequest(h.protocol, body)
 	if err != nil {
+		h.prepareSettled()
 		h.forwardMalformed(err.Error())
 		return proxywasm.ActionContinue
 	}
