@@ -32,12 +32,14 @@ func (l *periodicLog) note(s *Service, msg string, args ...any) {
 	s.log.Info(msg, append(args, "count", n)...)
 }
 
-// DefaultPrepareQueueWait is how long a prepare call waits for a free slot
-// when MaxConcurrentPrepares are in flight (Config.PrepareQueueWait):
-// half the filter's default prepareTimeoutMs (200 ms), so a call that
-// gets a slot late still has time to be served, and one that does not is
-// shed while the filter still waits, not after it gave up.
-const DefaultPrepareQueueWait = 100 * time.Millisecond
+// DefaultPrepareQueueWait is how long a prepare call waits at most for a
+// free slot when MaxConcurrentPrepares are in flight
+// (Config.PrepareQueueWait): the filter's default prepareTimeoutMaxMs.
+// A call waits in arrival order while its caller waits: the filter's
+// prepare timeout grows with its calls in flight, so a burst is served
+// in order rather than shed, and a call whose caller gave up leaves the
+// queue at once (docs/failures.md#overload).
+const DefaultPrepareQueueWait = 5 * time.Second
 
 // maxPrepareWaitersPerSlot bounds the calls waiting for a slot; past it
 // a call is shed at once. A waiting call has not read its body yet, so it

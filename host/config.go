@@ -111,8 +111,9 @@ type Config struct {
 	// (default DefaultMaxConcurrentPrepares; docs/failures.md).
 	MaxConcurrentPrepares int
 	// PrepareQueueWait is how long a prepare call past MaxConcurrentPrepares
-	// waits for a slot before it is shed (default DefaultPrepareQueueWait;
-	// negative: shed at once).
+	// waits at most for a slot, in arrival order and while its caller
+	// waits, before it is shed (default DefaultPrepareQueueWait; negative:
+	// shed at once).
 	PrepareQueueWait time.Duration
 	// DashboardHosts are Host names, besides localhost and loopback IPs,
 	// under which the dashboard API answers loopback callers without the

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/chimehq/chime/host/clock"
+	"github.com/chimehq/chime/host/delivery"
 	"github.com/chimehq/chime/host/internal/directive"
 	"github.com/chimehq/chime/host/route"
 	"github.com/chimehq/chime/host/stopmessage"
@@ -34,7 +36,6 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	sid := req.SessionID
 	if sid != "" {
 		s.touches.Touch(sid, now.UnixMilli())
-		s.touchDelivery(req) // a proxied request: deliveries go to session injection
 		defer s.events.Publish(sid)
 	}
 	for _, k := range req.Kept { // kept while this host was unreachable: older, so first
@@ -45,7 +46,50 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 		s.log.Info("directives over the per-request cap ignored", "request", req.RequestID, "cap", MaxDirectivesPerRequest, "ignored", n)
 		req.Directives = req.Directives[:MaxDirectivesPerRequest]
 	}
-	for i, r := range s.applyDirectives(ctx, sid, req, req.Directives, now) {
+	if sid != "" {
+		// A background timer that ended a moment ago has its notice in
+		// place before the snapshot below reads the session (directives
+		// do not touch timers).
+		s.timers.CompleteDue(ctx, sid)
+	}
+	// One snapshot of what the answer needs, read in the directives'
+	// transaction with the session's touch: a prepare waits for one
+	// (group) commit, not one per step.
+	var snap struct {
+		tasks []storage.ClockTask
+		stop  storage.StopMessage
+		sess  storage.Session
+	}
+	var touched func()
+	touch := !strings.HasPrefix(req.RequestID, "wake:")
+	also := func(tx *storage.Tx) error {
+		var err error
+		if touch { // a proxied request: deliveries go to session injection
+			if touched, err = s.delivery.TouchIn(tx, sid, delivery.Session, now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if snap.tasks, err = tx.Tasks(sid); err != nil {
+			return err
+		}
+		if snap.stop, _, err = tx.StopMessage(sid); err != nil {
+			return err
+		}
+		snap.sess, _, err = tx.Session(sid)
+		return err
+	}
+	results, serr := s.applyWith(ctx, sid, req, req.Directives, now, also)
+	if serr != nil && sid != "" {
+		// The transaction failed (storage, or past the deadline): touch
+		// and read on their own.
+		s.touchDelivery(req)
+		touch, touched = false, nil
+		serr = s.store.View(also)
+	}
+	if touched != nil {
+		touched()
+	}
+	for i, r := range results {
 		d := req.Directives[i]
 		kind := directiveLabel(d.Kind)
 		switch {
@@ -65,27 +109,6 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 		return ans
 	}
 	var pending bool
-	// A background timer that ended a moment ago has its notice in place
-	// before the reservation reads the session.
-	s.timers.CompleteDue(ctx, sid)
-	// One snapshot of what the answer needs: every read transaction waits
-	// for the writes in flight, so under load each one costs a commit.
-	var snap struct {
-		tasks []storage.ClockTask
-		stop  storage.StopMessage
-		sess  storage.Session
-	}
-	serr := s.store.View(func(tx *storage.Tx) error {
-		var err error
-		if snap.tasks, err = tx.Tasks(sid); err != nil {
-			return err
-		}
-		if snap.stop, _, err = tx.StopMessage(sid); err != nil {
-			return err
-		}
-		snap.sess, _, err = tx.Session(sid)
-		return err
-	})
 	late := s.pastDeadline(req)
 	switch {
 	case late > 0 || ctx.Err() != nil:
@@ -151,15 +174,23 @@ var errPastDeadline = errors.New("the filter's deadline passed before the direct
 // (the scheduler) runs only after the commit. The result has one entry
 // per directive.
 func (s *Service) applyDirectives(ctx context.Context, sid string, req hostapi.PrepareRequest, ds []hostapi.HostDirective, now time.Time) []directiveResult {
+	out, _ := s.applyWith(ctx, sid, req, ds, now, nil)
+	return out
+}
+
+// applyWith is applyDirectives that also runs also (when not nil) in the
+// same transaction, after the directives: it commits with them or not at
+// all, and may run more than once. err is the transaction's failure.
+func (s *Service) applyWith(ctx context.Context, sid string, req hostapi.PrepareRequest, ds []hostapi.HostDirective, now time.Time, also func(*storage.Tx) error) (_ []directiveResult, err error) {
 	out := make([]directiveResult, len(ds))
-	if len(ds) == 0 {
-		return out
-	}
 	if sid == "" {
 		for i := range out {
 			out[i].err = errNoSession
 		}
-		return out
+		return out, nil
+	}
+	if len(ds) == 0 && also == nil {
+		return out, nil
 	}
 	var after []func()
 	stage := func(tx *storage.Tx) error {
@@ -199,9 +230,16 @@ func (s *Service) applyDirectives(ctx context.Context, sid string, req hostapi.P
 		if err := claims.Save(tx); err != nil {
 			return err
 		}
+		if also != nil {
+			if err := also(tx); err != nil {
+				return err
+			}
+		}
 		return s.inTime(ctx, req) // the last moment to give up cleanly
 	}
-	update := func() error { return s.store.Update(stage) }
+	// Concurrent prepares share one transaction and one fsync
+	// (storage.UpdateShared); each one's directives stay all or none.
+	update := func() error { return s.store.UpdateShared(stage) }
 	if slices.ContainsFunc(ds, func(d hostapi.HostDirective) bool {
 		return d.Kind == hostapi.DirectiveClock || d.Kind == hostapi.DirectiveClockClear
 	}) {
@@ -220,12 +258,12 @@ func (s *Service) applyDirectives(ctx context.Context, sid string, req hostapi.P
 				out[i].err = err
 			}
 		}
-		return out
+		return out, err
 	}
 	for _, f := range after {
 		f()
 	}
-	return out
+	return out, nil
 }
 
 // inTime fails with errPastDeadline once the filter no longer waits for

@@ -22,7 +22,7 @@ func (s *Store) GetSession(id string) (sess Session, ok bool, err error) {
 // TouchSession creates or refreshes a session record: lastSeenAt = nowMs,
 // and lastChannel when channel is not empty.
 func (s *Store) TouchSession(id, channel string, nowMs int64) error {
-	return s.Update(func(tx *Tx) error {
+	return s.UpdateShared(func(tx *Tx) error {
 		sess, ok, err := tx.Session(id)
 		if err != nil {
 			return err

@@ -41,6 +41,7 @@ type Store struct {
 	markStop chan struct{}
 	markDone chan struct{}
 	close    sync.Once
+	group    groupCommit // UpdateShared (group.go)
 }
 
 // ErrClosed is returned by every operation on a closed store.

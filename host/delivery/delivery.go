@@ -760,3 +760,40 @@ func (q *Queue) prune(now time.Time) {
 		}
 	}
 }
+
+// TouchIn is Touch inside the caller's transaction (prepare's group
+// commit): it stages the record's update in tx when the channel changed
+// and returns what to run once tx committed (nil when nothing), which
+// remembers the channel. It may run more than once for one commit.
+func (q *Queue) TouchIn(tx *storage.Tx, sessionID, channel string, nowMs int64) (func(), error) {
+	if sessionID == "" || (channel != Session && channel != SSE) {
+		return nil, nil
+	}
+	q.mu.Lock()
+	prev, known := q.last[sessionID]
+	q.mu.Unlock()
+	if known && prev == channel {
+		return nil, nil
+	}
+	sess, ok, err := tx.Session(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || sess.LastChannel != channel {
+		if !ok {
+			sess = storage.Session{ID: sessionID, CreatedAt: nowMs}
+		}
+		sess.LastSeenAt, sess.LastChannel = nowMs, channel
+		if err := tx.PutSession(sess); err != nil {
+			return nil, err
+		}
+	}
+	return func() {
+		q.mu.Lock()
+		if _, known := q.last[sessionID]; !known && len(q.last) >= maxLastKept {
+			clear(q.last) // bounded against made-up session ids, as in Touch
+		}
+		q.last[sessionID] = channel
+		q.mu.Unlock()
+	}, nil
+}

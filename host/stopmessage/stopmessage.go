@@ -102,7 +102,7 @@ func IsActive(st storage.StopMessage) bool { return st.Text != "" && st.Used < s
 // (docs/continuation.md), and returns the text. ok is false when the state is gone or
 // used up.
 func (m *Messages) Consume(sessionID string, now time.Time) (text string, ok bool, err error) {
-	err = m.store.Update(func(tx *storage.Tx) error {
+	err = m.store.UpdateShared(func(tx *storage.Tx) error {
 		text = ""
 		st, found, err := tx.StopMessage(sessionID)
 		if err != nil || !found || st.Text == "" || st.Used >= st.MaxRepeats {

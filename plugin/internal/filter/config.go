@@ -32,6 +32,11 @@ type Config struct {
 	FailOpen bool `json:"failOpen"`
 	// PrepareTimeoutMs bounds the prepare call (docs/failures.md: 200 ms).
 	PrepareTimeoutMs int64 `json:"prepareTimeoutMs"`
+	// PrepareTimeoutMaxMs caps the prepare timeout, which grows with the
+	// requests waiting for their prepare and the recent prepare latency
+	// (loadtimeout.go, docs/failures.md#overload). Default 5 000; never
+	// below prepareTimeoutMs.
+	PrepareTimeoutMaxMs int64 `json:"prepareTimeoutMaxMs"`
 	// ResolveTimeoutMs bounds the resolve call of the response path. The
 	// host answers when the whole chain is done, and it bounds every chain,
 	// holds included, by its guards.maxChainDuration (docs/continuation.md, default
@@ -106,13 +111,14 @@ var hostSettings = map[string]string{
 // DefaultConfig returns the configuration used for absent fields.
 func DefaultConfig() Config {
 	return Config{
-		HostCluster:      "chime_host",
-		HostAuthority:    "chime-host",
-		TimeTag:          true,
-		DefaultTimezone:  "UTC",
-		FailOpen:         true,
-		PrepareTimeoutMs: 200,
-		ResolveTimeoutMs: DefaultResolveTimeoutMs,
+		HostCluster:         "chime_host",
+		HostAuthority:       "chime-host",
+		TimeTag:             true,
+		DefaultTimezone:     "UTC",
+		FailOpen:            true,
+		PrepareTimeoutMs:    200,
+		PrepareTimeoutMaxMs: 5_000,
+		ResolveTimeoutMs:    DefaultResolveTimeoutMs,
 	}
 }
 
@@ -159,7 +165,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
-		"failOpen", "prepareTimeoutMs", "resolveTimeoutMs", "tools", "allowOnHeadersStopIteration"}
+		"failOpen", "prepareTimeoutMs", "prepareTimeoutMaxMs", "resolveTimeoutMs", "tools", "allowOnHeadersStopIteration"}
 }
 
 func (c Config) validate() error {
@@ -186,6 +192,7 @@ func (c Config) validate() error {
 		v, lo int64
 	}{
 		{"prepareTimeoutMs", c.PrepareTimeoutMs, 1},
+		{"prepareTimeoutMaxMs", c.PrepareTimeoutMaxMs, 1},
 		{"resolveTimeoutMs", c.ResolveTimeoutMs, 1},
 	} {
 		if r.v < r.lo || r.v > maxTimeoutMs {

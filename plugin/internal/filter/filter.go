@@ -86,6 +86,13 @@ type pluginContext struct {
 	failOpenReason string
 	failOpenLogged time.Time
 
+	// awaitingPrepare counts the requests past their headers that wait
+	// for their prepare answer (loadtimeout.go).
+	awaitingPrepare int
+	// prepareLatencyMs averages the latency of answered prepare calls
+	// (loadtimeout.go).
+	prepareLatencyMs int64
+
 	requests, hostFailures, failOpen, malformed counter
 	directivesDropped                           counter
 	resolves, resolveFailures, serverToolCalls  counter

@@ -49,6 +49,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 // pending means the client went away mid-hold: the host is told to cancel.
 func (h *httpContext) OnHttpStreamDone() {
 	h.streamDone = true
+	h.prepareSettled()
 	if h.reserved && !h.outcomeSent {
 		h.outcomeSent = true
 		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)

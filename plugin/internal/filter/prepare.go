@@ -27,9 +27,13 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 	h.prep = prep
 	body, err := encodePrepare(prep)
 	if err == nil {
-		err = h.plugin.callHost(hostapi.PathPrepare, body, h.plugin.cfg.PrepareTimeoutMs, h.onPrepareAnswer)
+		err = h.plugin.callHost(hostapi.PathPrepare, body, h.prepareTimeoutMs, h.onPrepareAnswer)
+	}
+	if err == nil {
+		h.prepareSentAt = h.plugin.now()
 	}
 	if err != nil {
+		h.prepareSettled()
 		return h.prepareFailed("dispatch prepare: " + err.Error())
 	}
 	return proxywasm.ActionPause
@@ -38,10 +42,12 @@ func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
 // onPrepareAnswer runs when the host answers, fails or times out. The
 // call belongs to the plugin context, so the stream may be gone by now.
 func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
+	h.prepareSettled()
 	var ans hostapi.PrepareResponse
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
 		defer h.plugin.hostAnswered() // after this request's own outcome, if any
+		h.plugin.prepareAnswered(h.plugin.now().Sub(h.prepareSentAt).Milliseconds())
 		h.plugin.learnNTP(ans.NTP)
 		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
 	}

@@ -28,7 +28,11 @@ type httpContext struct {
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
-	zone     *time.Location
+	// prepareTimeoutMs is this request's prepare timeout (loadtimeout.go).
+	prepareTimeoutMs int64
+	prepareSentAt    time.Time
+	awaiting         bool // counted in plugin.awaitingPrepare
+	zone             *time.Location
 
 	reserved        bool // the host reserved reminders for this request
 	outcomeSent     bool
@@ -108,6 +112,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	}
 
 	h.handled, h.protocol, h.path = true, proto, path
+	h.awaitPrepare() // loadtimeout.go
 	// The body may change, so its length must not be pinned (docs/architecture.md).
 	// The response must arrive uncompressed for the response path to read
 	// it; a compressor filter downstream may still compress it for the client.
@@ -168,10 +173,12 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
 	if err != nil {
 		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
+		h.prepareSettled()
 		return proxywasm.ActionContinue
 	}
 	req, err := llm.ParseRequest(h.protocol, body)
 	if err != nil {
+		h.prepareSettled()
 		h.forwardMalformed(err.Error())
 		return proxywasm.ActionContinue
 	}
@@ -184,6 +191,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))
+	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
@@ -194,7 +202,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		PreviousResponseID: req.PreviousResponseID(),
 		// After this the prepare must not reserve (docs/failures.md): the filter
 		// fails open and rolls the id back.
-		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.plugin.cfg.PrepareTimeoutMs,
+		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
 	}
 	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
