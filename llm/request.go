@@ -42,6 +42,7 @@ type Request struct {
 	out   []byte // cached result of Bytes
 	dirty bool
 
+	tagHint  bool // some string may hold a tag (reqscan.Checker.TagHint)
 	scanned  bool
 	firstNew int // FirstNewUserMessage
 	dirs     []Directive
@@ -111,6 +112,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
 	}
 	// Validation and indexing share one pass over the body.
+	ck := reqscan.NewChecker(body)
 	top := reqscan.SkipSpace(body, 0)
 	if top >= len(body) || body[top] != '{' {
 		if reqscan.Valid(body) {
@@ -123,13 +125,13 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	if p == Responses {
 		listKey = "input"
 	}
-	end := reqscan.CheckMembers(body, top, func(key []byte, vs int) int {
+	end := ck.Members(top, func(key []byte, vs int) int {
 		var ve int
 		name := reqscan.KeyName(key)
 		if string(name) == listKey {
-			ve = r.indexList(vs)
+			ve = r.indexList(ck, vs)
 		} else {
-			ve = reqscan.CheckValue(body, vs, 1)
+			ve = ck.Value(vs, 1)
 		}
 		if ve < 0 {
 			return -1
@@ -159,6 +161,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	if end < 0 || reqscan.SkipSpace(body, end) != len(body) {
 		return nil, ErrMalformedJSON
 	}
+	r.tagHint = ck.TagHint()
 	list, what := r.messages, "messages"
 	if p == Responses {
 		list, what = r.input, "input"
@@ -174,7 +177,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 
 // indexList validates the list value at vs (messages, or Responses
 // input), records its messages, and returns the value's end or -1.
-func (r *Request) indexList(vs int) int {
+func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 	b := r.body
 	r.msgs, r.inputString = r.msgs[:0], false
 	if vs >= len(b) {
@@ -182,21 +185,21 @@ func (r *Request) indexList(vs int) int {
 	}
 	switch b[vs] {
 	case '"':
-		ve := reqscan.CheckValue(b, vs, 1)
+		ve := ck.Value(vs, 1)
 		r.inputString = true
 		r.msgs = append(r.msgs, message{span: span{vs, ve}, user: true, content: span{vs, ve}})
 		return ve
 	case '[':
 	default:
-		return reqscan.CheckValue(b, vs, 1)
+		return ck.Value(vs, 1)
 	}
 	r.listInsert, r.listEmpty = vs+1, true
 	return reqscan.WalkElements(b, vs, func(es int) int {
 		m := message{span: span{es, -1}, content: noSpan}
 		if es < len(b) && b[es] == '{' {
 			role, typ := noSpan, noSpan
-			m.e = reqscan.CheckMembers(b, es, func(key []byte, s int) int {
-				e := reqscan.CheckValue(b, s, 3)
+			m.e = ck.Members(es, func(key []byte, s int) int {
+				e := ck.Value(s, 3)
 				if e < 0 {
 					return -1
 				}
@@ -216,7 +219,7 @@ func (r *Request) indexList(vs int) int {
 				m.model = r.modelItem(role, typ)
 			}
 		} else {
-			m.e = reqscan.CheckValue(b, es, 2)
+			m.e = ck.Value(es, 2)
 		}
 		if m.e < 0 {
 			return -1
