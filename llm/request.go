@@ -38,9 +38,10 @@ type Request struct {
 	listEmpty   bool
 	inputString bool
 
-	edits []edit
-	out   []byte // cached result of Bytes
-	dirty bool
+	edits    []edit
+	orderBuf []int
+	out      []byte // cached result of Bytes
+	dirty    bool
 
 	tagHint  bool // some string may hold a tag (reqscan.Checker.TagHint)
 	scanned  bool
@@ -305,11 +306,51 @@ func (r *Request) Bytes() []byte {
 	if !r.dirty && r.out != nil {
 		return r.out
 	}
-	order := make([]int, len(r.edits))
+	r.out, r.dirty = r.AppendBytes(nil), false
+	return r.out
+}
+
+// Size returns the length of the body with every edit applied.
+func (r *Request) Size() int {
 	size := len(r.body)
-	for i, e := range r.edits {
-		order[i] = i
+	at := 0
+	for _, i := range r.order() {
+		e := &r.edits[i]
+		if e.start < at {
+			continue
+		}
 		size += len(e.pre) + len(e.repl) - (e.end - e.start)
+		at = e.end
+	}
+	return size
+}
+
+// AppendBytes appends the body with every edit applied to dst and returns
+// the extended slice; it allocates only when dst lacks the room, so a
+// caller that edits many bodies can reuse one buffer. It does not touch
+// the cache Bytes returns.
+func (r *Request) AppendBytes(dst []byte) []byte {
+	order := r.order()
+	dst = slices.Grow(dst, r.Size())
+	at := 0
+	for _, i := range order {
+		e := &r.edits[i]
+		if e.start < at { // overlapping edits cannot be built; keep the first
+			continue
+		}
+		dst = append(dst, r.body[at:e.start]...)
+		dst = append(dst, e.pre...)
+		dst = append(dst, e.repl...)
+		at = e.end
+	}
+	return append(dst, r.body[at:]...)
+}
+
+// order returns the edits' indexes in the order they apply.
+func (r *Request) order() []int {
+	order := r.orderBuf[:0]
+	for i := range r.edits {
+		order = append(order, i)
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		ea, eb := &r.edits[a], &r.edits[b]
@@ -321,21 +362,8 @@ func (r *Request) Bytes() []byte {
 		}
 		return cmp.Compare(b2i(ea.member), b2i(eb.member))
 	})
-	out := make([]byte, 0, size)
-	at := 0
-	for _, i := range order {
-		e := &r.edits[i]
-		if e.start < at { // overlapping edits cannot be built; keep the first
-			continue
-		}
-		out = append(out, r.body[at:e.start]...)
-		out = append(out, e.pre...)
-		out = append(out, e.repl...)
-		at = e.end
-	}
-	out = append(out, r.body[at:]...)
-	r.out, r.dirty = out, false
-	return out
+	r.orderBuf = order
+	return order
 }
 
 func b2i(b bool) int {

@@ -41,6 +41,10 @@ func checkFastPath(t *testing.T, p Protocol, body []byte) {
 	full.tagHint = true
 	fd, ff, fs, fo := editAll(t, fast)
 	wd, wf, ws, wo := editAll(t, full)
+	// AppendBytes builds what Bytes does, after what dst holds.
+	if got := fast.AppendBytes([]byte("dst:")); string(got) != "dst:"+string(fo) || fast.Size() != len(fo) {
+		t.Fatalf("AppendBytes = %s (Size %d), Bytes = %s", got, fast.Size(), fo)
+	}
 	if !reflect.DeepEqual(fd, wd) || ff != wf || fs != ws || !bytes.Equal(fo, wo) {
 		t.Fatalf("fast path (tagHint=%v) differs from the full path for %s\nfast: %v %d %d %s\nfull: %v %d %d %s",
 			fast.tagHint, body, fd, ff, fs, fo, wd, wf, ws, wo)
