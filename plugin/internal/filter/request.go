@@ -28,6 +28,9 @@ type httpContext struct {
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
+	// The body as received and as rebuilt: large ones go back to
+	// proxywasm.RecycleBuffer when the stream is done (recycleBodies).
+	bodyIn, bodyOut []byte
 	zone     *time.Location
 
 	reserved        bool // the host reserved reminders for this request
@@ -170,6 +173,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
 		return proxywasm.ActionContinue
 	}
+	h.bodyIn = body
 	req, err := llm.ParseRequest(h.protocol, body)
 	if err != nil {
 		h.forwardMalformed(err.Error())
