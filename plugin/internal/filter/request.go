@@ -31,7 +31,7 @@ type httpContext struct {
 	// The body as received and as rebuilt: large ones go back to
 	// proxywasm.RecycleBuffer when the stream is done (recycleBodies).
 	bodyIn, bodyOut []byte
-	zone     *time.Location
+	zone            *time.Location
 
 	reserved        bool // the host reserved reminders for this request
 	outcomeSent     bool
