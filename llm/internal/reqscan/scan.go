@@ -291,20 +291,10 @@ func (v *Checker) escape(b []byte, i int) int {
 }
 
 // plainRun skips 8 bytes at a time while none of them stops a plain run
-// (SWAR; wasm has no SIMD IndexByte); plainRunLt also stops at '<'.
+// (SWAR; wasm has no SIMD IndexByte).
 func plainRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
 		if stops(load64(b, i)) != 0 {
-			break
-		}
-	}
-	return i
-}
-
-func plainRunLt(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		x := load64(b, i)
-		if stops(x)|zeroBytes(x^(lsb*'<')) != 0 {
 			break
 		}
 	}
@@ -327,11 +317,16 @@ func (v *Checker) str(b []byte, i int) int {
 				}
 			}
 		} else {
-			i = plainRunLt(b, i)
-			if i+8 <= n {
+			// plainRun that also stops at '<', written out: a call per
+			// stop costs in wasm, and it is too large to inline.
+			for ; i+8 <= n; i += 8 {
 				x := load64(b, i)
-				i += bits.TrailingZeros64(stops(x)|zeroBytes(x^(lsb*'<'))) >> 3
-			} else {
+				if m := stops(x) | zeroBytes(x^(lsb*'<')); m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+			}
+			if i+8 > n {
 				for i < n && !strStop[b[i]] && b[i] != '<' {
 					i++
 				}
