@@ -37,6 +37,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
 	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin})
 	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, withoutWasm: true})
+	// CHIME_WASM_BEFORE names an older chime.wasm to measure in the same
+	// rounds, as the row "filter before", for before/after ratios.
+	var before *stack
+	if f := os.Getenv("CHIME_WASM_BEFORE"); f != "" {
+		before = startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin, wasmFile: f})
+	}
 
 	type size struct {
 		name     string
@@ -50,12 +56,19 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, sz := range sizes {
 			body := chatBodyOfSize(sz.bytes)
-			res := map[string]*loadResult{"filter": {}, "no filter": {}}
+			res := map[string]*loadResult{"filter": {}, "no filter": {}, "filter before": {}}
+			names := []string{"no filter", "filter"}
 			for r := 0; r < rounds; r++ {
 				res["no filter"].add(runLoad(b, without.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 				res["filter"].add(runLoad(b, with.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				if before != nil {
+					res["filter before"].add(runLoad(b, before.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				}
 			}
-			for _, name := range []string{"no filter", "filter"} {
+			if before != nil {
+				names = append(names, "filter before")
+			}
+			for _, name := range names {
 				lr := res[name]
 				fmt.Fprintf(&table, "%-6s %-10s %10.0f %10s %10s\n", sz.name, name, lr.rps(), lr.pct(50), lr.pct(99))
 			}
@@ -64,6 +77,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50)\n", sz.name, "ratio", ratio, added)
 			b.ReportMetric(ratio, "throughput-ratio-"+sz.name)
 			b.ReportMetric(float64(added.Microseconds()), "added-p50-us-"+sz.name)
+			if before != nil {
+				was := res["filter before"].pct(50) - res["no filter"].pct(50)
+				fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50 before)\n", sz.name, "before",
+					res["filter before"].rps()/res["no filter"].rps(), was)
+				b.ReportMetric(float64(was.Microseconds()), "added-p50-us-before-"+sz.name)
+			}
 		}
 	}
 	fmt.Fprint(os.Stdout, table.String())

@@ -84,6 +84,7 @@ type stackConfig struct {
 	bufferLimit  uint32 // listener per_connection_buffer_limit_bytes; 0 keeps the file's value
 	withoutWasm  bool   // drop the wasm filter (the "no filter" baseline)
 	pluginConfig string // replaces the wasm plugin configuration JSON when set
+	wasmFile     string // another filter module than chimeWasm (a before/after benchmark)
 }
 
 type stack struct {
@@ -133,6 +134,9 @@ func rewriteConfig(t testing.TB, sc stackConfig, listenPort, adminPort int) []by
 				cfg := mapAt(t, tc, "config")
 				local := mapAt(t, mapAt(t, mapAt(t, cfg, "vm_config"), "code"), "local")
 				local["filename"] = chimeWasm(t)
+				if sc.wasmFile != "" {
+					local["filename"] = sc.wasmFile
+				}
 				if sc.pluginConfig != "" {
 					mapAt(t, cfg, "configuration")["value"] = sc.pluginConfig
 				}

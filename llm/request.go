@@ -38,10 +38,12 @@ type Request struct {
 	listEmpty   bool
 	inputString bool
 
-	edits []edit
-	out   []byte // cached result of Bytes
-	dirty bool
+	edits    []edit
+	orderBuf []int
+	out      []byte // cached result of Bytes
+	dirty    bool
 
+	tagHint  bool // some string may hold a tag (reqscan.Checker.TagHint)
 	scanned  bool
 	firstNew int // FirstNewUserMessage
 	dirs     []Directive
@@ -111,6 +113,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
 	}
 	// Validation and indexing share one pass over the body.
+	ck := reqscan.NewChecker(body)
 	top := reqscan.SkipSpace(body, 0)
 	if top >= len(body) || body[top] != '{' {
 		if reqscan.Valid(body) {
@@ -123,13 +126,13 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	if p == Responses {
 		listKey = "input"
 	}
-	end := reqscan.CheckMembers(body, top, func(key []byte, vs int) int {
+	end := ck.Members(top, func(key []byte, vs int) int {
 		var ve int
 		name := reqscan.KeyName(key)
 		if string(name) == listKey {
-			ve = r.indexList(vs)
+			ve = r.indexList(ck, vs)
 		} else {
-			ve = reqscan.CheckValue(body, vs, 1)
+			ve = ck.Value(vs, 1)
 		}
 		if ve < 0 {
 			return -1
@@ -159,6 +162,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	if end < 0 || reqscan.SkipSpace(body, end) != len(body) {
 		return nil, ErrMalformedJSON
 	}
+	r.tagHint = ck.TagHint()
 	list, what := r.messages, "messages"
 	if p == Responses {
 		list, what = r.input, "input"
@@ -174,7 +178,7 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 
 // indexList validates the list value at vs (messages, or Responses
 // input), records its messages, and returns the value's end or -1.
-func (r *Request) indexList(vs int) int {
+func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 	b := r.body
 	r.msgs, r.inputString = r.msgs[:0], false
 	if vs >= len(b) {
@@ -182,21 +186,21 @@ func (r *Request) indexList(vs int) int {
 	}
 	switch b[vs] {
 	case '"':
-		ve := reqscan.CheckValue(b, vs, 1)
+		ve := ck.Value(vs, 1)
 		r.inputString = true
 		r.msgs = append(r.msgs, message{span: span{vs, ve}, user: true, content: span{vs, ve}})
 		return ve
 	case '[':
 	default:
-		return reqscan.CheckValue(b, vs, 1)
+		return ck.Value(vs, 1)
 	}
 	r.listInsert, r.listEmpty = vs+1, true
 	return reqscan.WalkElements(b, vs, func(es int) int {
 		m := message{span: span{es, -1}, content: noSpan}
 		if es < len(b) && b[es] == '{' {
 			role, typ := noSpan, noSpan
-			m.e = reqscan.CheckMembers(b, es, func(key []byte, s int) int {
-				e := reqscan.CheckValue(b, s, 3)
+			m.e = ck.Members(es, func(key []byte, s int) int {
+				e := ck.Value(s, 3)
 				if e < 0 {
 					return -1
 				}
@@ -216,7 +220,7 @@ func (r *Request) indexList(vs int) int {
 				m.model = r.modelItem(role, typ)
 			}
 		} else {
-			m.e = reqscan.CheckValue(b, es, 2)
+			m.e = ck.Value(es, 2)
 		}
 		if m.e < 0 {
 			return -1
@@ -302,11 +306,51 @@ func (r *Request) Bytes() []byte {
 	if !r.dirty && r.out != nil {
 		return r.out
 	}
-	order := make([]int, len(r.edits))
+	r.out, r.dirty = r.AppendBytes(nil), false
+	return r.out
+}
+
+// Size returns the length of the body with every edit applied.
+func (r *Request) Size() int {
 	size := len(r.body)
-	for i, e := range r.edits {
-		order[i] = i
+	at := 0
+	for _, i := range r.order() {
+		e := &r.edits[i]
+		if e.start < at {
+			continue
+		}
 		size += len(e.pre) + len(e.repl) - (e.end - e.start)
+		at = e.end
+	}
+	return size
+}
+
+// AppendBytes appends the body with every edit applied to dst and returns
+// the extended slice; it allocates only when dst lacks the room, so a
+// caller that edits many bodies can reuse one buffer. It does not touch
+// the cache Bytes returns.
+func (r *Request) AppendBytes(dst []byte) []byte {
+	order := r.order()
+	dst = slices.Grow(dst, r.Size())
+	at := 0
+	for _, i := range order {
+		e := &r.edits[i]
+		if e.start < at { // overlapping edits cannot be built; keep the first
+			continue
+		}
+		dst = append(dst, r.body[at:e.start]...)
+		dst = append(dst, e.pre...)
+		dst = append(dst, e.repl...)
+		at = e.end
+	}
+	return append(dst, r.body[at:]...)
+}
+
+// order returns the edits' indexes in the order they apply.
+func (r *Request) order() []int {
+	order := r.orderBuf[:0]
+	for i := range r.edits {
+		order = append(order, i)
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		ea, eb := &r.edits[a], &r.edits[b]
@@ -318,21 +362,8 @@ func (r *Request) Bytes() []byte {
 		}
 		return cmp.Compare(b2i(ea.member), b2i(eb.member))
 	})
-	out := make([]byte, 0, size)
-	at := 0
-	for _, i := range order {
-		e := &r.edits[i]
-		if e.start < at { // overlapping edits cannot be built; keep the first
-			continue
-		}
-		out = append(out, r.body[at:e.start]...)
-		out = append(out, e.pre...)
-		out = append(out, e.repl...)
-		at = e.end
-	}
-	out = append(out, r.body[at:]...)
-	r.out, r.dirty = out, false
-	return out
+	r.orderBuf = order
+	return order
 }
 
 func b2i(b bool) int {

@@ -66,8 +66,24 @@ func (r *Request) scan() {
 		textType = "input_text"
 	}
 	start := r.newInputStart()
-	turns := 0 // user turns before the current message
 	var parts []part
+	if !r.tagHint {
+		// No string can hold a tag: nothing to read or strip, and only
+		// the first new user turn is left to find.
+		for i := start; i < len(r.msgs); i++ {
+			m := r.msgs[i]
+			if !m.user || !m.content.ok() {
+				continue
+			}
+			var ok bool
+			if parts, ok = r.userContentParts(m, textType, parts[:0]); ok && userTurn(parts) {
+				r.firstNew = i
+				return
+			}
+		}
+		return
+	}
+	turns := 0 // user turns before the current message
 	for i, m := range r.msgs {
 		if !m.user || !m.content.ok() {
 			continue

@@ -11,9 +11,14 @@ import (
 // TimeTag is a representative docs/time.md#time-tag.
 const TimeTag = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`"
 
+// clockTool is built once, as the filter does (its schema is encoded JSON).
+var clockTool = []llm.ToolSpec{hostapi.ClockToolSpec()}
+
 // Edit performs what the filter does to a Chat request: parse, read
-// directives, strip every tag, append the time tag and inject the clock tool.
-func Edit(body []byte) ([]byte, error) {
+// directives, strip every tag, append the time tag and inject the clock
+// tool. The result is appended to dst[:0], which the filter reuses across
+// requests (nil allocates).
+func Edit(body, dst []byte) ([]byte, error) {
 	r, err := llm.ParseRequest(llm.Chat, body)
 	if err != nil {
 		return nil, err
@@ -23,8 +28,8 @@ func Edit(body []byte) ([]byte, error) {
 	if err := r.AppendUserText(TimeTag); err != nil {
 		return nil, err
 	}
-	if err := r.InjectTools([]llm.ToolSpec{hostapi.ClockToolSpec()}); err != nil {
+	if err := r.InjectTools(clockTool); err != nil {
 		return nil, err
 	}
-	return r.Bytes(), nil
+	return r.AppendBytes(dst[:0]), nil
 }

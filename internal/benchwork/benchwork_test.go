@@ -66,7 +66,7 @@ func (w *wasmEditor) Edit(tb testing.TB, body []byte) int {
 // work as native code, or the ratio means nothing.
 func TestWasmEditMatchesNative(t *testing.T) {
 	body := SampleChatBody(64 << 10)
-	native, err := Edit(body)
+	native, err := Edit(body, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +83,14 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 	w := newWasmEditor(b)
 	mb := float64(len(body)) / 1e6
 	var native, wasm, copying time.Duration
-	var sink []byte
+	// The fastest round of each too: on a loaded machine the sums carry
+	// other processes' time, the minimum much less of it.
+	bestNative, bestWasm := time.Hour, time.Hour
+	var sink, out []byte
 	for b.Loop() {
 		t0 := time.Now()
-		out, err := Edit(body)
+		var err error
+		out, err = Edit(body, out)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -98,6 +102,7 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 		sink = append(sink[:0], body...)
 		t3 := time.Now()
 		native, wasm, copying = native+t1.Sub(t0), wasm+t2.Sub(t1), copying+t3.Sub(t2)
+		bestNative, bestWasm = min(bestNative, t1.Sub(t0)), min(bestWasm, t2.Sub(t1))
 	}
 	n := float64(b.N)
 	b.ReportMetric(mb*n/native.Seconds(), "native-MB/s")
@@ -105,6 +110,8 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 	b.ReportMetric(mb*n/copying.Seconds(), "copy-MB/s")
 	b.ReportMetric(native.Seconds()/wasm.Seconds(), "wasm/native")
 	b.ReportMetric(copying.Seconds()/native.Seconds(), "native/copy")
+	b.ReportMetric(bestNative.Seconds()/bestWasm.Seconds(), "best-wasm/native")
+	b.ReportMetric(mb/bestWasm.Seconds(), "best-wasm-MB/s")
 }
 
 const benchSize = 1 << 20
@@ -129,8 +136,10 @@ func BenchmarkEdit1MB(b *testing.B) {
 	body := SampleChatBody(benchSize)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	var out []byte
 	for b.Loop() {
-		if _, err := Edit(body); err != nil {
+		var err error
+		if out, err = Edit(body, out); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package proxywasm
 
 import (
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
+	"github.com/chimehq/chime/plugin/proxywasm/internal/bridge"
 	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
@@ -78,6 +79,15 @@ func RemoveHttpResponseHeader(key string) error {
 func GetHttpRequestBody(start, maxSize int) ([]byte, error) {
 	return hostcall.GetBuffer(abi.BufferHttpRequestBody, start, maxSize)
 }
+
+// BodyBuffer returns an empty buffer with room for n bytes, reused from
+// RecycleBuffer when one fits, to build a large body in.
+func BodyBuffer(n int) []byte { return bridge.Spare(n) }
+
+// RecycleBuffer hands back a large buffer that GetHttpRequestBody (or
+// another Get*) or BodyBuffer returned, for a later body to reuse. The
+// caller must keep no reference to it. Never recycling is always safe.
+func RecycleBuffer(b []byte) { bridge.Recycle(b) }
 
 // ReplaceHttpRequestBody replaces the whole request body.
 func ReplaceHttpRequestBody(data []byte) error {

@@ -12,12 +12,17 @@ import (
 
 func main() {}
 
-// keep holds the last input so the GC never frees memory the host writes.
-var keep []byte
+// keep holds the input so the GC never frees memory the host writes; out
+// is the output buffer. Both are reused across calls, as the filter
+// reuses its body buffers.
+var keep, out []byte
 
 //go:wasmexport alloc
 func alloc(size uint32) unsafe.Pointer {
-	keep = make([]byte, size)
+	if cap(keep) < int(size) {
+		keep = make([]byte, size)
+	}
+	keep = keep[:size]
 	return unsafe.Pointer(unsafe.SliceData(keep))
 }
 
@@ -26,7 +31,8 @@ func alloc(size uint32) unsafe.Pointer {
 //go:wasmexport edit
 func edit(ptr unsafe.Pointer, size uint32) uint32 {
 	in := unsafe.Slice((*byte)(ptr), size)
-	out, err := benchwork.Edit(in)
+	var err error
+	out, err = benchwork.Edit(in, out)
 	if err != nil {
 		return 0
 	}

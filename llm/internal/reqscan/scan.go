@@ -10,6 +10,7 @@ package reqscan
 
 import (
 	"bytes"
+	"math/bits"
 )
 
 // MaxDepth is the deepest nesting Valid accepts, matching encoding/json.
@@ -39,90 +40,158 @@ func SkipSpace(b []byte, i int) int {
 // optional surrounding whitespace. Like encoding/json it does not check
 // UTF-8 validity and rejects nesting deeper than MaxDepth.
 func Valid(b []byte) bool {
-	v := validator{b: b}
-	i := v.value(SkipSpace(b, 0), 0)
+	v := Checker{b: b}
+	i := v.Value(SkipSpace(b, 0), 0)
 	return i >= 0 && SkipSpace(b, i) == len(b)
 }
 
-type validator struct{ b []byte }
+// Checker validates parts of one document and notes, on the way, whether
+// any string in them may hold a directive tag (TagHint). Its methods are
+// the validating walk: CheckMembers, CheckValue and Valid use it too.
+//
+// The validator is written for Go's wasm backend, where the filter runs:
+// one loop with an explicit container stack instead of a recursive call
+// per value, and strings scanned 8 bytes at a time with the stop byte
+// found by counting trailing zeros rather than byte by byte.
+type Checker struct {
+	b   []byte
+	tag bool
+}
 
-// value validates the value at i and returns the index after it, or -1.
-func (v *validator) value(i, depth int) int {
+// NewChecker returns a Checker over b.
+func NewChecker(b []byte) *Checker { return &Checker{b: b} }
+
+// TagHint reports whether a string the checker passed over may decode to
+// text containing "<**": it holds "<**" literally, or a \u escape of '<'
+// or '*'. It is false only when no such string was seen, so a caller may
+// skip looking for tags then; when true, the caller looks.
+func (v *Checker) TagHint() bool { return v.tag }
+
+// Members is CheckMembers on the checker's document.
+func (v *Checker) Members(i int, fn func(key []byte, vs int) (ve int)) int {
+	return walkMembers(v.b, i, v.str, fn)
+}
+
+// Value validates the value at i, nested depth levels deep, and returns
+// the index after it, or -1.
+func (v *Checker) Value(i, depth int) int {
 	b := v.b
-	if i >= len(b) {
+	n := len(b)
+	// The open containers, innermost last: bit l of stack is 1 for an
+	// object at level l < 64; deeper levels spill into deep.
+	var stack uint64
+	var deep []bool
+	level := 0
+	for {
+		if uint(i) >= uint(n) { // past the end, or -1 from a key
+			return -1
+		}
+		switch c := b[i]; c {
+		case '"':
+			i = v.str(b, i)
+		case '{', '[':
+			if depth+level >= MaxDepth {
+				return -1
+			}
+			obj := c == '{'
+			if level < 64 {
+				if obj {
+					stack |= 1 << level
+				} else {
+					stack &^= 1 << level
+				}
+			} else {
+				deep = append(deep, obj)
+			}
+			level++
+			i = skipSpace(b, i+1)
+			if i < n && b[i] == c+2 { // '}' and ']' are two past '{' and '['
+				i++
+				level--
+				if level >= 64 {
+					deep = deep[:len(deep)-1]
+				}
+				break
+			}
+			if obj {
+				i = v.key(i)
+			}
+			continue
+		case 't':
+			i = literal(b, i, "true")
+		case 'f':
+			i = literal(b, i, "false")
+		case 'n':
+			i = literal(b, i, "null")
+		default:
+			if c != '-' && !isDigit(c) {
+				return -1
+			}
+			i = number(b, i)
+		}
+		// After a value: close what ends here, then expect the next one.
+		for {
+			if i < 0 {
+				return -1
+			}
+			if level == 0 {
+				return i
+			}
+			i = skipSpace(b, i)
+			if i >= n {
+				return -1
+			}
+			var obj bool
+			if level <= 64 {
+				obj = stack&(1<<(level-1)) != 0
+			} else {
+				obj = deep[len(deep)-1]
+			}
+			c := b[i]
+			if c == ',' {
+				i = skipSpace(b, i+1)
+				if obj {
+					i = v.key(i)
+				}
+				break
+			}
+			if obj && c != '}' || !obj && c != ']' {
+				return -1
+			}
+			i++
+			level--
+			if level >= 64 {
+				deep = deep[:len(deep)-1]
+			}
+		}
+		if i < 0 {
+			return -1
+		}
+	}
+}
+
+// skipSpace is SkipSpace with the common case, no space, inline.
+func skipSpace(b []byte, i int) int {
+	if i < len(b) && b[i] > ' ' {
+		return i
+	}
+	return SkipSpace(b, i)
+}
+
+// key validates `"name" :` at i and returns where the value starts, or -1.
+func (v *Checker) key(i int) int {
+	b := v.b
+	if i >= len(b) || b[i] != '"' {
 		return -1
 	}
-	switch c := b[i]; {
-	case c == '"':
-		return v.str(i)
-	case c == '{':
-		if depth >= MaxDepth {
-			return -1
-		}
-		i = SkipSpace(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1
-		}
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return -1
-			}
-			if i = v.str(i); i < 0 {
-				return -1
-			}
-			i = SkipSpace(b, i)
-			if i >= len(b) || b[i] != ':' {
-				return -1
-			}
-			if i = v.value(SkipSpace(b, i+1), depth+1); i < 0 {
-				return -1
-			}
-			i = SkipSpace(b, i)
-			if i >= len(b) {
-				return -1
-			}
-			if b[i] == '}' {
-				return i + 1
-			}
-			if b[i] != ',' {
-				return -1
-			}
-			i = SkipSpace(b, i+1)
-		}
-	case c == '[':
-		if depth >= MaxDepth {
-			return -1
-		}
-		i = SkipSpace(b, i+1)
-		if i < len(b) && b[i] == ']' {
-			return i + 1
-		}
-		for {
-			if i = v.value(i, depth+1); i < 0 {
-				return -1
-			}
-			i = SkipSpace(b, i)
-			if i >= len(b) {
-				return -1
-			}
-			if b[i] == ']' {
-				return i + 1
-			}
-			if b[i] != ',' {
-				return -1
-			}
-			i = SkipSpace(b, i+1)
-		}
-	case c == 't':
-		return literal(b, i, "true")
-	case c == 'f':
-		return literal(b, i, "false")
-	case c == 'n':
-		return literal(b, i, "null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return number(b, i)
+	if i = v.str(b, i); i < 0 {
+		return -1
 	}
-	return -1
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipSpace(b, i+1)
 }
 
 func literal(b []byte, i int, lit string) int {
@@ -176,59 +245,121 @@ func isHex(c byte) bool {
 	return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
-// str validates the string starting at b[i]=='"'.
-func (v *validator) str(i int) int {
-	b := v.b
-	i++
-	for {
-		i = plainRun(b, i)
-		for i < len(b) && !strStop[b[i]] {
-			i++
-		}
-		if i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case '"':
-			return i + 1
-		case '\\':
-			if i+1 >= len(b) {
-				return -1
-			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-					return -1
-				}
-				i += 6
-			default:
-				return -1
-			}
-		default: // control character
-			return -1
-		}
-	}
-}
-
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
 
-// plainRun skips 8 bytes at a time while none of them is a quote, a
-// backslash or a control character (SWAR; wasm has no SIMD IndexByte).
+// zeroBytes has the high bit set in every byte of x that is zero, and
+// possibly in bytes above one that is (a borrow): exact for the lowest.
+func zeroBytes(x uint64) uint64 { return (x - lsb) &^ x & msb }
+
+// stops marks the bytes that end a plain run inside a JSON string: a
+// quote, a backslash or a control character. Only its lowest mark is
+// exact; the caller checks the byte.
+func stops(x uint64) uint64 {
+	return zeroBytes(x^(lsb*'"')) | zeroBytes(x^(lsb*'\\')) | (x-lsb*0x20)&^x&msb
+}
+
+// escLen is the length of a valid escape by the byte after the
+// backslash, 0 for an invalid one.
+var escLen = func() (t [256]uint8) {
+	for _, c := range `"\\/bfnrt` {
+		t[c] = 2
+	}
+	t['u'] = 6
+	return t
+}()
+
+// escape validates the escape at b[i]=='\\' and returns its length, or 0.
+// A \u escape of '<' or '*' sets the tag hint.
+func (v *Checker) escape(b []byte, i int) int {
+	if i+1 >= len(b) {
+		return 0
+	}
+	k := int(escLen[b[i+1]])
+	if k != 6 {
+		return k
+	}
+	if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+		return 0
+	}
+	if b[i+2] == '0' && b[i+3] == '0' && (b[i+4] == '3' && b[i+5]|0x20 == 'c' || b[i+4] == '2' && b[i+5]|0x20 == 'a') {
+		v.tag = true
+	}
+	return 6
+}
+
+// plainRun skips 8 bytes at a time while none of them stops a plain run
+// (SWAR; wasm has no SIMD IndexByte).
 func plainRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := load64(b, i)
-		q := x ^ (lsb * '"')
-		bs := x ^ (lsb * '\\')
-		if ((q-lsb)&^q|(bs-lsb)&^bs|(x-lsb*0x20)&^x)&msb != 0 {
+		if stops(load64(b, i)) != 0 {
 			break
 		}
 	}
 	return i
+}
+
+// str validates the string starting at b[i]=='"' and returns the index
+// after it, or -1. Until the tag hint is set it also stops at '<'.
+func (v *Checker) str(b []byte, i int) int {
+	i++
+	n := len(b)
+	for {
+		if v.tag {
+			i = plainRun(b, i)
+			if i+8 <= n {
+				i += bits.TrailingZeros64(stops(load64(b, i))) >> 3
+			} else {
+				for i < n && !strStop[b[i]] {
+					i++
+				}
+			}
+		} else {
+			// plainRun that also stops at '<', written out: a call per
+			// stop costs in wasm, and it is too large to inline.
+			for ; i+8 <= n; i += 8 {
+				x := load64(b, i)
+				if m := stops(x) | zeroBytes(x^(lsb*'<')); m != 0 {
+					i += bits.TrailingZeros64(m) >> 3
+					break
+				}
+			}
+			if i+8 > n {
+				for i < n && !strStop[b[i]] && b[i] != '<' {
+					i++
+				}
+			}
+		}
+		if i >= n {
+			return -1
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			// The short escapes inline: a call per escape costs in wasm.
+			if i+1 < n && escLen[b[i+1]] == 2 {
+				i += 2
+				continue
+			}
+			k := v.escape(b, i)
+			if k == 0 {
+				return -1
+			}
+			i += k
+		case c == '<':
+			if i+2 < n && b[i+1] == '*' && b[i+2] == '*' {
+				v.tag = true
+			}
+			i++
+		case c < 0x20:
+			return -1
+		default: // a byte above a stop in the same word: not one itself
+			i++
+		}
+	}
 }
 
 // StringEnd returns the index just after the string that starts at
@@ -322,13 +453,13 @@ func WalkMembers(b []byte, i int, fn func(key []byte, vs int) (ve int)) int {
 // CheckElements and CheckValue it lets a caller validate a document and
 // index it in one pass; fn must pass over values with CheckValue.
 func CheckMembers(b []byte, i int, fn func(key []byte, vs int) (ve int)) int {
-	return walkMembers(b, i, func(b []byte, i int) int { return (&validator{b: b}).str(i) }, fn)
+	return NewChecker(b).Members(i, fn)
 }
 
 // CheckValue validates the value at b[i], nested depth levels deep, and
 // returns the index after it, or -1.
 func CheckValue(b []byte, i, depth int) int {
-	return (&validator{b: b}).value(i, depth)
+	return NewChecker(b).Value(i, depth)
 }
 
 func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []byte, vs int) (ve int)) int {

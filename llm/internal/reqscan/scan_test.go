@@ -12,6 +12,21 @@ var validSeeds = []string{
 	`{"a":{"b":[{}]}}`, `"\u003c**"`, "\"caf\xc3\xa9\"",
 	`{`, `[1,]`, `{"a":1,}`, `01`, `1.`, `.5`, `+1`, `"\x"`, "\"a\tb\"", `nul`, `[1 2]`, `{"a" 1}`, `"abc`, `{} x`, ``,
 	`"\u12g4"`, `1e`, `--1`, `[[[[]]]]`, `{"\u0061":1}`,
+	`{"a":"x <** y"}`, `"<*"`, `"\u003C*\u002A"`, `{"<**":1}`, `"0123456<**"`, `"01234567\u002a"`, "\"0123456789\x01\"",
+	`"012345\\<**"`, `{"a" :[ {"b":[]} , [ ] ,{} ] }`, `{"a":]`, `[}`, `{"a":1]`, `[1}`, `{"a":{"b":1},"c":[1,{"d":[2]}]}`,
+}
+
+// nested returns depth containers, alternately objects and arrays.
+func nested(depth int) string {
+	var open, close string
+	for i := 0; i < depth; i++ {
+		if i%2 == 0 {
+			open, close = open+`{"k":`, "}"+close
+		} else {
+			open, close = open+"[1,", "]"+close
+		}
+	}
+	return open + "0" + close
 }
 
 func TestValidMatchesEncodingJSON(t *testing.T) {
@@ -28,6 +43,62 @@ func TestValidMatchesEncodingJSON(t *testing.T) {
 	if !Valid([]byte(ok)) {
 		t.Error("rejected nesting of exactly MaxDepth")
 	}
+	// Objects and arrays mixed past the 64 levels the checker keeps in a
+	// word, and one level too deep.
+	for _, depth := range []int{63, 64, 65, 200, MaxDepth} {
+		b := []byte(nested(depth))
+		if !Valid(b) || !json.Valid(b) {
+			t.Errorf("nesting %d: Valid=%v json.Valid=%v", depth, Valid(b), json.Valid(b))
+		}
+		bad := []byte(strings.Replace(string(b), "]}", "}]", 1))
+		if Valid(bad) != json.Valid(bad) {
+			t.Errorf("nesting %d with mismatched closers: Valid=%v json.Valid=%v", depth, Valid(bad), json.Valid(bad))
+		}
+	}
+	if b := []byte(nested(MaxDepth + 1)); Valid(b) {
+		t.Error("accepted mixed nesting deeper than MaxDepth")
+	}
+}
+
+// decodesToTag reports whether any string in the JSON document b, keys
+// included, decodes to text containing "<**".
+func decodesToTag(t *testing.T, b []byte) bool {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return false
+		}
+		if s, ok := tok.(string); ok && strings.Contains(s, "<**") {
+			return true
+		}
+	}
+}
+
+func TestTagHint(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want bool
+	}{
+		{`{"a":"plain text, long enough to take the eight-byte path"}`, false},
+		{`{"a":"x <** y"}`, true},
+		{`{"<**":1}`, true},
+		{`["<* *", "< **", "**>"]`, false},
+		{`"\u003c**"`, true},
+		{`"<\u002A*"`, true},
+		{`"\u00e9 \n"`, false},
+		{`"0123456789abcdef<**"`, true},
+		{`"ab<**"`, true},
+	} {
+		v := NewChecker([]byte(c.doc))
+		if v.Value(0, 0) < 0 {
+			t.Fatalf("%s: invalid", c.doc)
+		}
+		if v.TagHint() != c.want {
+			t.Errorf("TagHint(%s) = %v, want %v", c.doc, v.TagHint(), c.want)
+		}
+	}
 }
 
 func FuzzValid(f *testing.F) {
@@ -41,6 +112,12 @@ func FuzzValid(f *testing.F) {
 		}
 		if !got {
 			return
+		}
+		// The tag hint may say "maybe" too often, never too rarely.
+		v := NewChecker(b)
+		v.Value(SkipSpace(b, 0), 0)
+		if !v.TagHint() && decodesToTag(t, b) {
+			t.Fatalf("TagHint false for %q, which holds a tag", b)
 		}
 		// Walking a valid document reaches its end and agrees on strings.
 		i := SkipSpace(b, 0)

@@ -55,6 +55,21 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
 	}
 	h.cancelPendingResolve()
+	h.recycleBodies()
+}
+
+// recycleBodies hands the request body buffers back for the next request
+// once nothing of this stream can read them: the response is over, a
+// resolve or template took its copy of sentBody when it was sent, and a
+// late prepare answer finds the stream gone and edits nothing.
+func (h *httpContext) recycleBodies() {
+	h.req, h.sentBody = nil, nil
+	for _, b := range [][]byte{h.bodyIn, h.bodyOut} {
+		if b != nil {
+			proxywasm.RecycleBuffer(b)
+		}
+	}
+	h.bodyIn, h.bodyOut = nil, nil
 }
 
 // sendOutcome reports a reservation's outcome (hostapi.PathCommit,

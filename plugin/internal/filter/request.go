@@ -32,7 +32,10 @@ type httpContext struct {
 	prepareTimeoutMs int64
 	prepareSentAt    time.Time
 	awaiting         bool // counted in plugin.awaitingPrepare
-	zone             *time.Location
+	// The body as received and as rebuilt: large ones go back to
+	// proxywasm.RecycleBuffer when the stream is done (recycleBodies).
+	bodyIn, bodyOut []byte
+	zone            *time.Location
 
 	reserved        bool // the host reserved reminders for this request
 	outcomeSent     bool
@@ -176,6 +179,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		h.prepareSettled()
 		return proxywasm.ActionContinue
 	}
+	h.bodyIn = body
 	req, err := llm.ParseRequest(h.protocol, body)
 	if err != nil {
 		h.prepareSettled()

@@ -12,10 +12,13 @@ type Allocations struct {
 	live map[uintptr][]byte
 }
 
-// Alloc returns a zeroed buffer of size bytes (at least one, so it has an
-// address) and its address, and keeps it alive.
+// Alloc returns a buffer of size bytes (at least one, so it has an
+// address) and its address, and keeps it alive. A small buffer is zeroed;
+// a large one may be a recycled one (see Recycle) that the host is about
+// to overwrite.
 func (a *Allocations) Alloc(size uint32) ([]byte, uintptr) {
-	buf := make([]byte, max(size, 1))
+	buf := Spare(int(max(size, 1)))
+	buf = buf[:cap(buf)][:max(size, 1)]
 	addr := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	if a.live == nil {
 		a.live = make(map[uintptr][]byte)
@@ -45,3 +48,54 @@ func (a *Allocations) Reset() { clear(a.live) }
 
 // Len is the number of buffers kept alive.
 func (a *Allocations) Len() int { return len(a.live) }
+
+// Large buffers (request bodies, mostly) are reused: in a wasm guest's
+// small heap every fresh megabyte runs the GC about once, which costs
+// more than the filter's whole edit of that megabyte.
+const (
+	reuseMin  = 64 << 10 // smaller buffers come from the allocator
+	maxSpares = 8
+)
+
+// spares are large buffers handed back by Recycle, free for reuse.
+var spares [][]byte
+
+// Spare returns an empty buffer with room for n bytes: the smallest
+// recycled one that fits, or a new one. Its bytes are not zeroed.
+func Spare(n int) []byte {
+	if n >= reuseMin {
+		best := -1
+		for i, b := range spares {
+			if cap(b) >= n && (best < 0 || cap(b) < cap(spares[best])) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			b := spares[best]
+			spares[best] = spares[len(spares)-1]
+			spares[len(spares)-1] = nil
+			spares = spares[:len(spares)-1]
+			return b[:0]
+		}
+		// Room for what an edit adds, so the buffer fits a grown body later.
+		return make([]byte, 0, n+n/8)
+	}
+	return make([]byte, 0, n)
+}
+
+// Recycle hands a large buffer back for reuse; small ones are left to the
+// GC, as are buffers past maxSpares. The caller must hold no reference to
+// b (nor to any slice of it) afterwards. A buffer already recycled is not
+// taken twice.
+func Recycle(b []byte) {
+	if cap(b) < reuseMin || len(spares) >= maxSpares {
+		return
+	}
+	b = b[:cap(b)]
+	for _, s := range spares {
+		if unsafe.SliceData(s) == unsafe.SliceData(b) {
+			return
+		}
+	}
+	spares = append(spares, b[:0])
+}

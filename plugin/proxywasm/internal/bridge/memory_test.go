@@ -1,6 +1,9 @@
 package bridge
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 func TestAllocationsTakeOnce(t *testing.T) {
 	var a Allocations
@@ -28,4 +31,37 @@ func TestAllocationsTakeOnce(t *testing.T) {
 	if a.Len() != 0 {
 		t.Fatalf("Len after Reset = %d", a.Len())
 	}
+}
+
+func TestSpareReusesRecycledBuffers(t *testing.T) {
+	spares = nil
+	b := Spare(reuseMin)
+	if cap(b) < reuseMin || len(b) != 0 {
+		t.Fatalf("Spare: len %d cap %d", len(b), cap(b))
+	}
+	b = append(b, "body"...)
+	Recycle(b)
+	Recycle(b[:1]) // the same buffer again: kept once
+	Recycle(make([]byte, 10))
+	if len(spares) != 1 {
+		t.Fatalf("%d spares, want 1", len(spares))
+	}
+	var a Allocations
+	got, addr := a.Alloc(reuseMin)
+	if unsafe.SliceData(got) != unsafe.SliceData(b) || len(got) != reuseMin {
+		t.Fatal("Alloc of a large buffer did not reuse the recycled one")
+	}
+	if _, ok := a.Take(addr, 4); !ok || len(spares) != 0 {
+		t.Fatalf("Take failed or the spare is still listed (%d)", len(spares))
+	}
+	if c := Spare(2 * reuseMin); cap(c) < 2*reuseMin || unsafe.SliceData(c) == unsafe.SliceData(b) {
+		t.Fatal("Spare handed out a buffer too small")
+	}
+	for i := 0; i < maxSpares+2; i++ {
+		Recycle(make([]byte, reuseMin))
+	}
+	if len(spares) != maxSpares {
+		t.Fatalf("%d spares kept, want at most %d", len(spares), maxSpares)
+	}
+	spares = nil
 }
