@@ -117,6 +117,7 @@ func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string
 	default:
 		res = f.run(ctx, sessionID, requestID, name, args)
 		s.events.Publish(sessionID)
+		s.gens.bump() // what a prepare answers may have changed (skip.go)
 	}
 	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
 	return res
