@@ -37,6 +37,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
 	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin})
 	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, withoutWasm: true})
+	// The same filter asking the host on every request: the "before" of
+	// skipping prepare (docs/architecture.md#skipping-prepare), side by side.
+	noSkip := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort,
+		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `","skipPrepare":false}`})
 
 	type size struct {
 		name     string
@@ -50,22 +54,29 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, sz := range sizes {
 			body := chatBodyOfSize(sz.bytes)
-			res := map[string]*loadResult{"filter": {}, "no filter": {}}
+			res := map[string]*loadResult{"filter": {}, "no filter": {}, "no skip": {}}
 			for r := 0; r < rounds; r++ {
 				res["no filter"].add(runLoad(b, without.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 				res["filter"].add(runLoad(b, with.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				res["no skip"].add(runLoad(b, noSkip.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 			}
-			for _, name := range []string{"no filter", "filter"} {
+			for _, name := range []string{"no filter", "filter", "no skip"} {
 				lr := res[name]
 				fmt.Fprintf(&table, "%-6s %-10s %10.0f %10s %10s\n", sz.name, name, lr.rps(), lr.pct(50), lr.pct(99))
 			}
 			ratio := res["filter"].rps() / res["no filter"].rps()
 			added := res["filter"].pct(50) - res["no filter"].pct(50)
 			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50)\n", sz.name, "ratio", ratio, added)
+			before := res["no skip"].rps() / res["no filter"].rps()
+			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50, every request prepared)\n", sz.name, "ratio before", before, res["no skip"].pct(50)-res["no filter"].pct(50))
+			b.ReportMetric(before, "throughput-ratio-noskip-"+sz.name)
 			b.ReportMetric(ratio, "throughput-ratio-"+sz.name)
 			b.ReportMetric(float64(added.Microseconds()), "added-p50-us-"+sz.name)
 		}
 	}
+	fmt.Fprintf(&table, "prepare calls skipped by the filter: %.0f of its %.0f requests\n",
+		scrapeMetric(b, with.adminURL+"/stats/prometheus", "chime_prepare_skipped_total"),
+		scrapeMetric(b, with.adminURL+"/stats/prometheus", "chime_requests_total"))
 	fmt.Fprint(os.Stdout, table.String())
 }
 
