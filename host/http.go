@@ -94,7 +94,7 @@ var knownMethods = map[string]string{
 	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
 	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST", hostapi.PathTemplate: "POST",
 	hostapi.PathTouch: "POST",
-	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
+	PathToolsExecute:  "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 
 // statusRecorder remembers the status code for the request counter.

@@ -65,7 +65,7 @@ type Service struct {
 	engine   *clock.Engine
 	timers   *timers.Manager
 	cron     *cron.Manager
-	events   *ui.Broker // the dashboard's change stream (docs/dashboard.md)
+	events   *ui.Broker   // the dashboard's change stream (docs/dashboard.md)
 	gens     *generations // the prepare generation (skip.go)
 	stops    *stopmessage.Messages
 	tools    *serverTools
