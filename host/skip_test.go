@@ -241,3 +241,20 @@ func TestTouchRecordsActivity(t *testing.T) {
 		t.Fatalf("touch without the token: %d", rec.Code)
 	}
 }
+
+// BenchmarkPrepareQuietSession is the prepare of a session with nothing
+// to do, through the HTTP handler: what every request paid before
+// skipping, and what a quiet session's occasional prepare costs now.
+func BenchmarkPrepareQuietSession(b *testing.B) {
+	f := newFixture(b)
+	body, _ := json.Marshal(hostapi.PrepareRequest{RequestID: "r", Protocol: "chat", SessionID: "s-quiet", Timezone: "UTC"})
+	b.ReportAllocs()
+	for b.Loop() {
+		req := newRequest(http.MethodPost, hostapi.PathPrepare, body)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		rec := serve(f.svc, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code)
+		}
+	}
+}
