@@ -43,6 +43,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	if f := os.Getenv("CHIME_WASM_BEFORE"); f != "" {
 		before = startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin, wasmFile: f})
 	}
+	// The same filter asking the host on every request: the "before" of
+	// skipping prepare (docs/architecture.md#skipping-prepare), side by side.
+	noSkip := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort,
+		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `","skipPrepare":false}`})
 
 	type size struct {
 		name     string
@@ -56,11 +60,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, sz := range sizes {
 			body := chatBodyOfSize(sz.bytes)
-			res := map[string]*loadResult{"filter": {}, "no filter": {}, "filter before": {}}
-			names := []string{"no filter", "filter"}
+			res := map[string]*loadResult{"filter": {}, "no filter": {}, "no skip": {}, "filter before": {}}
+			names := []string{"no filter", "filter", "no skip"}
 			for r := 0; r < rounds; r++ {
 				res["no filter"].add(runLoad(b, without.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 				res["filter"].add(runLoad(b, with.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				res["no skip"].add(runLoad(b, noSkip.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 				if before != nil {
 					res["filter before"].add(runLoad(b, before.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
 				}
@@ -75,6 +80,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			ratio := res["filter"].rps() / res["no filter"].rps()
 			added := res["filter"].pct(50) - res["no filter"].pct(50)
 			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50)\n", sz.name, "ratio", ratio, added)
+			noSkipRatio := res["no skip"].rps() / res["no filter"].rps()
+			fmt.Fprintf(&table, "%-6s %-10s %10.2fx %10s (added p50, every request prepared)\n", sz.name, "ratio before", noSkipRatio, res["no skip"].pct(50)-res["no filter"].pct(50))
+			b.ReportMetric(noSkipRatio, "throughput-ratio-noskip-"+sz.name)
 			b.ReportMetric(ratio, "throughput-ratio-"+sz.name)
 			b.ReportMetric(float64(added.Microseconds()), "added-p50-us-"+sz.name)
 			if before != nil {
@@ -85,6 +93,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			}
 		}
 	}
+	fmt.Fprintf(&table, "prepare calls skipped by the filter: %.0f of its %.0f requests\n",
+		scrapeMetric(b, with.adminURL+"/stats/prometheus", "chime_prepare_skipped_total"),
+		scrapeMetric(b, with.adminURL+"/stats/prometheus", "chime_requests_total"))
 	fmt.Fprint(os.Stdout, table.String())
 }
 

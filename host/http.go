@@ -35,12 +35,13 @@ type ToolCall struct {
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern, endpoint string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.count(endpoint, h))
+		mux.Handle(pattern, s.count(endpoint, s.settling(pattern, h)))
 	}
 	handle("POST "+hostapi.PathPrepare, "prepare", s.authed(s.handlePrepare))
 	handle("POST "+hostapi.PathCommit, "commit", s.authed(s.handleOutcome(true)))
 	handle("POST "+hostapi.PathRollback, "rollback", s.authed(s.handleOutcome(false)))
 	handle("GET "+hostapi.PathState, "state", s.authed(s.handleState))
+	handle("POST "+hostapi.PathTouch, "touch", s.authed(s.handleTouch))
 	handle("POST "+hostapi.PathResolve, "resolve", s.authed(s.handleResolve))
 	handle("POST "+hostapi.PathCancel, "cancel", s.authed(s.handleCancel))
 	handle("POST "+hostapi.PathFollowup, "followup", s.authed(s.handleFollowup))
@@ -92,7 +93,8 @@ func (s *Service) routes() http.Handler {
 var knownMethods = map[string]string{
 	hostapi.PathPrepare: "POST", hostapi.PathCommit: "POST", hostapi.PathRollback: "POST", hostapi.PathState: "GET",
 	hostapi.PathResolve: "POST", hostapi.PathCancel: "POST", hostapi.PathFollowup: "POST", hostapi.PathTemplate: "POST",
-	PathToolsExecute: "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
+	hostapi.PathTouch: "POST",
+	PathToolsExecute:  "POST", "/healthz": "GET", "/metrics": "GET", "/api/sessions": "GET",
 }
 
 // statusRecorder remembers the status code for the request counter.
@@ -266,6 +268,7 @@ func (s *Service) handleResolve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	resp.Generation = s.gens.current() // after the chain's tools (skip.go)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -283,7 +286,7 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleState(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.State())
+	s.serveState(w, r) // skip.go: with the generation long poll
 }
 
 func (s *Service) handleToolsExecute(w http.ResponseWriter, r *http.Request) {

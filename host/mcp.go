@@ -63,6 +63,7 @@ func (s *Service) mcpTool(name string) mcp.ToolHandler {
 			args = []byte("{}")
 		}
 		res := s.Execute(ctx, sid, "", name, args)
+		s.gens.settle(ctx, s.gens.current()) // the client's next request sees it (skip.go)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(res)}}}, nil
 	}
 }

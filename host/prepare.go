@@ -105,7 +105,10 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 			s.metrics.Directives.WithLabelValues(kind).Inc()
 		}
 	}
+	// Read before the state the answer reflects (skip.go).
+	ans.Generation = s.gens.current()
 	if sid == "" {
+		ans.QuietMs = s.quietFor(sid, now, nil, &ans, true).Milliseconds()
 		return ans
 	}
 	var pending bool
@@ -137,6 +140,8 @@ func (s *Service) Prepare(ctx context.Context, req hostapi.PrepareRequest) hosta
 	ans.MayContinue = pending || stopmessage.IsActive(snap.stop) || s.noticeWithin(sid, now, s.cfg.HoldMax+responseAllowance)
 	ans.Route = snap.sess.Route
 	ans.Template = s.wantsTemplateGiven(sid, func() (bool, error) { return len(snap.tasks) > 0, serr })
+	normal := late == 0 && ctx.Err() == nil && serr == nil
+	ans.QuietMs = s.quietFor(sid, now, snap.tasks, &ans, normal).Milliseconds()
 	return ans
 }
 
@@ -262,6 +267,9 @@ func (s *Service) applyWith(ctx context.Context, sid string, req hostapi.Prepare
 	}
 	for _, f := range after {
 		f()
+	}
+	if len(after) > 0 {
+		s.gens.bump() // in-memory state the hooks changed (skip.go)
 	}
 	return out, nil
 }

@@ -65,7 +65,8 @@ type Service struct {
 	engine   *clock.Engine
 	timers   *timers.Manager
 	cron     *cron.Manager
-	events   *ui.Broker // the dashboard's change stream (docs/dashboard.md)
+	events   *ui.Broker   // the dashboard's change stream (docs/dashboard.md)
+	gens     *generations // the prepare generation (skip.go)
 	stops    *stopmessage.Messages
 	tools    *serverTools
 	touches  *touch.Batcher
@@ -149,15 +150,17 @@ func New(cfg Config, logger *slog.Logger) (*Service, error) {
 		metrics:  metrics.New(tracker.Snapshot),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
 		events:   ui.NewBroker(cfg.Clock, 0),
+		gens:     newGenerations(cfg.Clock, cfg.Clock.Now()),
 
 		prepareSlots: make(chan struct{}, cfg.MaxConcurrentPrepares),
 	}
+	store.SetPrepareChangeHook(s.gens.bump) // skip.go
 	s.timers, err = timers.New(timers.Config{
 		Store: store, Clock: hostClock, Mono: cfg.Clock,
 		MaxWait: cfg.TimerMaxWait, MaxPerSession: cfg.TimerMaxPerSession, Retention: cfg.TimerRetention,
 		Notify:  s.timerNotice,
 		Fired:   func(late time.Duration) { s.metrics.TimerLateness.Observe(late.Seconds()) },
-		Changed: s.events.Publish,
+		Changed: s.timerChanged,
 		Logger:  logger,
 	})
 	if err != nil {

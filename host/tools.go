@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -32,6 +33,7 @@ type toolFamily struct {
 type serverTools struct {
 	families []*toolFamily
 	byName   map[string]*toolFamily
+	on       []string // enabled(), built once: every prepare answer names them
 }
 
 // newServerTools registers the families of the host's features.
@@ -73,20 +75,17 @@ func newToolSet(families ...*toolFamily) *serverTools {
 			}
 			t.byName[n] = f
 		}
+		if !f.disabled {
+			t.on = append(t.on, f.names...)
+		}
 	}
+	t.on = slices.Clip(t.on) // shared by every answer: an append copies
 	return t
 }
 
-// enabled names the tools to inject, nil when none.
-func (t *serverTools) enabled() []string {
-	var out []string
-	for _, f := range t.families {
-		if !f.disabled {
-			out = append(out, f.names...)
-		}
-	}
-	return out
-}
+// enabled names the tools to inject, nil when none. Callers must not
+// change the slice.
+func (t *serverTools) enabled() []string { return t.on }
 
 // all names every registered tool, for the unknown-tool result.
 func (t *serverTools) all() []string {
@@ -117,6 +116,7 @@ func (s *Service) Execute(ctx context.Context, sessionID, requestID, name string
 	default:
 		res = f.run(ctx, sessionID, requestID, name, args)
 		s.events.Publish(sessionID)
+		s.gens.bump() // what a prepare answers may have changed (skip.go)
 	}
 	s.metrics.ToolCalls.WithLabelValues(label, okLabel(res)).Inc()
 	return res

@@ -425,7 +425,10 @@ func (s *Service) nextRunID(sid string) (string, error) {
 }
 
 // changed tells the dashboard's change stream that a session changed.
-func (s *Service) changed(sid string) { s.events.Publish(sid) }
+func (s *Service) changed(sid string) {
+	s.events.Publish(sid)
+	s.gens.bump() // skip.go
+}
 
 // timeTag is the time tag of a wake in the session's zone.
 func (s *Service) timeTag(loc *time.Location) string {

@@ -136,6 +136,14 @@ type PrepareResponse struct {
 	// (the host then keeps the chain's own): the session can be woken
 	// (docs/scheduler.md#templates).
 	Template bool `json:"template,omitempty"`
+	// Generation is the host's prepare generation (skip.go), read before
+	// the session state this answer reflects; 0 from a host without it.
+	Generation int64 `json:"generation,omitempty"`
+	// QuietMs is how long from now this session's requests need no
+	// prepare while the generation stays Generation: nothing comes due,
+	// nothing is pending, no stopMessage (skip.go). 0 = the next request
+	// needs one.
+	QuietMs int64 `json:"quietMs,omitempty"`
 }
 
 // ResolveRequest hands the host a finished upstream turn that needs work:
@@ -184,6 +192,10 @@ type ResolveResponse struct {
 	Reason string `json:"reason,omitempty"`
 	// Hops is the number of followups sent.
 	Hops int `json:"hops"`
+	// Generation is the host's prepare generation once the chain is done:
+	// what its tools changed is reflected only by prepare answers of this
+	// generation or later (skip.go).
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // OutcomeRequest commits or rolls back a request's reservation.
@@ -195,6 +207,8 @@ type OutcomeRequest struct {
 type StateResponse struct {
 	NowMs int64   `json:"nowMs"`
 	NTP   NTPInfo `json:"ntp"`
+	// Generation is the host's prepare generation (skip.go).
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // FollowupMarkerTTL is how long a followup marker is valid: it is checked

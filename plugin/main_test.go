@@ -308,7 +308,7 @@ func TestModuleRendersZones(t *testing.T) {
 	for _, r := range s.logs.records() {
 		if r.Msg == "wasm: tick period set" && r.PeriodMs != nil {
 			ticks++
-			if *r.PeriodMs != 30_000 {
+			if *r.PeriodMs != 1_000 {
 				t.Errorf("tick period %d ms", *r.PeriodMs)
 			}
 		}

@@ -117,6 +117,7 @@ func (s *Store) ClearTasks(sessionID string) (int, error) {
 				if err := tx.txn.Delete(k); err != nil {
 					return fmt.Errorf("storage: delete %s: %w", k, err)
 				}
+				tx.noteWrite(k)
 			}
 			n = len(keys)
 			return nil

@@ -42,6 +42,8 @@ type Store struct {
 	markDone chan struct{}
 	close    sync.Once
 	group    groupCommit // UpdateShared (group.go)
+	// prepareChanged runs after a commit that changed prepare state (prepare_gen.go).
+	prepareChanged func()
 }
 
 // ErrClosed is returned by every operation on a closed store.
@@ -190,8 +192,9 @@ func (s *Store) update(fn func(*Tx) error, dirty bool) error {
 		return err
 	}
 	var err error
+	var changed bool
 	for attempt := 0; attempt < 5; attempt++ {
-		err = s.run(true, fn)
+		changed, err = s.runWrite(fn)
 		if !errors.Is(err, badger.ErrConflict) {
 			break
 		}
@@ -199,34 +202,50 @@ func (s *Store) update(fn func(*Tx) error, dirty bool) error {
 	if err == nil && dirty {
 		s.dirty.Store(true)
 	}
+	if err == nil && changed && s.prepareChanged != nil {
+		s.prepareChanged()
+	}
 	return err
 }
 
 // View runs fn in a read-only snapshot.
-func (s *Store) View(fn func(*Tx) error) error { return s.run(false, fn) }
+func (s *Store) View(fn func(*Tx) error) error {
+	_, err := s.run(false, fn)
+	return err
+}
 
-func (s *Store) run(write bool, fn func(*Tx) error) (err error) {
+// runWrite runs fn in a read-write transaction and reports whether it
+// wrote prepare state (prepare_gen.go).
+func (s *Store) runWrite(fn func(*Tx) error) (bool, error) { return s.run(true, fn) }
+
+func (s *Store) run(write bool, fn func(*Tx) error) (changed bool, err error) {
 	defer func() {
 		// A write failure must reach the caller as an error (docs/failures.md).
 		if r := recover(); r != nil {
 			err = fmt.Errorf("storage: badger panicked: %v", r)
 		}
 	}()
-	body := func(txn *badger.Txn) error { return fn(&Tx{txn: txn}) }
+	var tx *Tx
+	body := func(txn *badger.Txn) error {
+		tx = &Tx{txn: txn}
+		return fn(tx)
+	}
 	if write {
 		err = s.db.Update(body)
+		changed = tx != nil && tx.prepareChanged
 	} else {
 		err = s.db.View(body)
 	}
 	if errors.Is(err, badger.ErrDBClosed) {
-		return ErrClosed
+		return changed, ErrClosed
 	}
-	return err
+	return changed, err
 }
 
 // Tx is one transaction. It must not be used after the callback returns.
 type Tx struct {
-	txn *badger.Txn
+	txn            *badger.Txn
+	prepareChanged bool // wrote state a prepare answer depends on (prepare_gen.go)
 }
 
 func (tx *Tx) getJSON(key []byte, v any) (bool, error) {
@@ -251,6 +270,7 @@ func (tx *Tx) putJSON(key []byte, v any) error {
 	if err := tx.txn.Set(key, b); err != nil {
 		return fmt.Errorf("storage: put %s: %w", key, err)
 	}
+	tx.noteWrite(key)
 	return nil
 }
 
@@ -265,6 +285,7 @@ func (tx *Tx) del(key []byte) (bool, error) {
 	if err := tx.txn.Delete(key); err != nil {
 		return false, fmt.Errorf("storage: delete %s: %w", key, err)
 	}
+	tx.noteWrite(key)
 	return true, nil
 }
 
@@ -301,6 +322,11 @@ func (tx *Tx) PutSession(s Session) error {
 	sid, err := sanitizeID(s.ID)
 	if err != nil {
 		return err
+	}
+	// Only the route of a session record is prepare state (prepare_gen.go).
+	var old Session
+	if _, err := tx.getJSON(metaKey(sid), &old); err != nil || old.Route != s.Route {
+		tx.prepareChanged = true
 	}
 	return tx.putJSON(metaKey(sid), s)
 }

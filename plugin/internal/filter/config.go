@@ -53,6 +53,10 @@ type Config struct {
 	// request that carries it (docs/directives.md#routing); when false it routes from
 	// the next request on. Set without the Envoy flag, requests would hang.
 	AllowOnHeadersStopIteration bool `json:"allowOnHeadersStopIteration"`
+	// SkipPrepare lets a request of a quiet session go without a prepare
+	// call (docs/architecture.md#skipping-prepare): on by default. Off,
+	// every request asks the host.
+	SkipPrepare bool `json:"skipPrepare"`
 }
 
 // ToolFamilies maps each server-tool family of the plugin configuration to
@@ -119,6 +123,7 @@ func DefaultConfig() Config {
 		PrepareTimeoutMs:    200,
 		PrepareTimeoutMaxMs: 5_000,
 		ResolveTimeoutMs:    DefaultResolveTimeoutMs,
+		SkipPrepare:         true,
 	}
 }
 
@@ -165,7 +170,7 @@ func ParseConfig(raw []byte) (Config, []string, error) {
 
 func knownFields() []string {
 	return []string{"hostCluster", "hostAuthority", "token", "timeTag", "defaultTimezone",
-		"failOpen", "prepareTimeoutMs", "prepareTimeoutMaxMs", "resolveTimeoutMs", "tools", "allowOnHeadersStopIteration"}
+		"failOpen", "prepareTimeoutMs", "prepareTimeoutMaxMs", "resolveTimeoutMs", "tools", "allowOnHeadersStopIteration", "skipPrepare"}
 }
 
 func (c Config) validate() error {

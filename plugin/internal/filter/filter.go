@@ -59,7 +59,7 @@ type vmContext struct {
 }
 
 func (v vmContext) NewPluginContext(uint32) proxywasm.PluginContext {
-	return &pluginContext{now: v.now, zones: map[string]*time.Location{}}
+	return &pluginContext{now: v.now, zones: map[string]*time.Location{}, gen: genState{instance: newInstanceID()}}
 }
 
 // pluginContext is one configured filter. It owns what outlives a stream:
@@ -75,8 +75,11 @@ type pluginContext struct {
 	// time tag uses it when the host cannot be asked.
 	ntpOffsetMs int64
 	// stateCallAt is when the tick's state call was sent; zero when none
-	// is in flight.
-	stateCallAt time.Time
+	// is in flight (without skipPrepare; the generation poll brings the
+	// NTP view otherwise).
+	stateCallAt, stateAnsweredAt time.Time
+	// gen is the host generation this root context trusts (skip.go).
+	gen genState
 	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
 	zones map[string]*time.Location
 
@@ -100,10 +103,11 @@ type pluginContext struct {
 
 	// unsent holds outcomes the host did not take (down or restarting),
 	// resent once it answers again (outcome.go).
-	unsent        []unsentOutcome
-	resending     int // resent outcomes in flight
-	unsentDropped int // outcomes not kept since the last report
-	outcomesRetry counter
+	unsent         []unsentOutcome
+	resending      int // resent outcomes in flight
+	unsentDropped  int // outcomes not kept since the last report
+	outcomesRetry  counter
+	prepareSkipped counter // skip.go
 }
 
 // counter is a metric that may be missing (a host without metrics must not
@@ -161,11 +165,12 @@ func (p *pluginContext) OnPluginStart(int) bool {
 	p.serverToolCalls = defineCounter(MetricServerToolCalls)
 	p.keptMetrics = defineKeptCounters()
 	p.outcomesRetry = defineCounter(MetricOutcomesResent)
+	p.prepareSkipped = defineCounter(MetricPrepareSkipped)
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickPeriodMs); err != nil {
 		proxywasm.LogWarnf("chime: cannot set the tick period: %v", err)
 	}
-	logStarted(fmt.Sprintf("chime: filter started (host cluster %q, failOpen %v, timeTag %v, default zone %s)",
-		cfg.HostCluster, cfg.FailOpen, cfg.TimeTag, zone))
+	logStarted(fmt.Sprintf("chime: filter started (host cluster %q, failOpen %v, timeTag %v, default zone %s, skipPrepare %v)",
+		cfg.HostCluster, cfg.FailOpen, cfg.TimeTag, zone, cfg.SkipPrepare))
 	return true
 }
 

@@ -75,7 +75,7 @@ func (e *env) send(p llm.Protocol, body string, extra ...[2]string) uint32 {
 func (e *env) calls(path string) []proxytest.HttpCall {
 	var out []proxytest.HttpCall
 	for _, c := range e.h.GetHttpCalls() {
-		if p, _ := header(c.Headers, ":path"); p == path {
+		if p, _ := header(c.Headers, ":path"); strings.SplitN(p, "?", 2)[0] == path {
 			out = append(out, c)
 		}
 	}
@@ -799,8 +799,9 @@ func TestTimedOutPrepareIsRolledBack(t *testing.T) {
 }
 
 func TestTickRefreshesOffset(t *testing.T) {
-	e := newEnv(t, `{"token":"tok"}`)
-	if e.h.TickPeriod() != 30_000 {
+	// Without skipPrepare the tick asks for the NTP view every 30 s.
+	e := newEnv(t, `{"token":"tok","skipPrepare":false}`)
+	if e.h.TickPeriod() != tickPeriodMs {
 		t.Fatalf("tick period = %d", e.h.TickPeriod())
 	}
 	e.h.Tick()
@@ -813,15 +814,38 @@ func TestTickRefreshesOffset(t *testing.T) {
 	if m, _ := header(c.Headers, ":method"); m != "GET" || len(c.Body) != 0 || c.TimeoutMs == 0 {
 		t.Fatalf("state call = %+v", c)
 	}
+	if p, _ := header(c.Headers, ":path"); p != hostapi.PathState {
+		t.Fatalf("state call without skipPrepare polls: %s", p)
+	}
 	if auth, _ := header(c.Headers, "authorization"); auth != "Bearer tok" {
 		t.Fatalf("state call lacks the token: %+v", c)
 	}
 	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}},
 		must(json.Marshal(hostapi.StateResponse{NowMs: 1, NTP: hostapi.NTPInfo{Status: "ok", OffsetMs: 250}})), nil)
+	e.h.Tick()
+	if n := len(e.calls(hostapi.PathState)); n != 1 {
+		t.Fatalf("state calls within 30 s = %d", n)
+	}
+
+	// With it (the default) the generation poll brings the NTP view.
+	e = newEnv(t, `{"token":"tok"}`)
+	e.h.Tick()
+	state = e.calls(hostapi.PathState)
+	if len(state) != 1 {
+		t.Fatalf("polls = %d", len(state))
+	}
+	if p, _ := header(state[0].Headers, ":path"); !strings.HasPrefix(p, hostapi.PathState+"?gen=0&instance=") {
+		t.Fatalf("poll path = %s", p)
+	}
+	e.h.CallOnHttpCallResponse(state[0].ID, [][2]string{{":status", "200"}},
+		must(json.Marshal(hostapi.StateResponse{NowMs: 1, NTP: hostapi.NTPInfo{Status: "ok", OffsetMs: 250}})), nil)
 
 	// The host then goes down: the tick fails silently and the offset stays.
 	e.h.Tick()
 	state = e.calls(hostapi.PathState)
+	if len(state) != 2 {
+		t.Fatalf("polls = %d", len(state))
+	}
 	e.h.CallOnHttpCallResponse(state[len(state)-1].ID, nil, nil, nil)
 	for _, l := range e.h.GetLogs(proxywasm.LogLevelWarn) {
 		t.Errorf("tick failure logged loudly: %s", l)

@@ -5,14 +5,19 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
 
 const (
-	// tickPeriodMs is how often the filter refreshes the NTP offset.
-	tickPeriodMs = 30_000
+	// tickPeriodMs is how often the filter ticks: it reports sessions that
+	// skipped prepare and restarts a failed generation poll (skip.go).
+	tickPeriodMs = 1_000
+	// statePeriod is how often the tick refreshes the NTP offset when no
+	// generation poll brings it (skipPrepare off).
+	statePeriod = 30 * time.Second
 	// backgroundTimeoutMs bounds the calls nobody waits for: outcomes and
 	// the tick's state refresh.
 	backgroundTimeoutMs = 5_000

@@ -24,7 +24,7 @@ var serverTools = func() map[string]llm.ToolSpec {
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
 func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
-	h.prep = prep
+	h.prep, h.prepSent = prep, h.plugin.now()
 	body, err := encodePrepare(prep)
 	if err == nil {
 		err = h.plugin.callHost(hostapi.PathPrepare, body, h.prepareTimeoutMs, h.onPrepareAnswer)
@@ -50,6 +50,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		h.plugin.prepareAnswered(h.plugin.now().Sub(h.prepareSentAt).Milliseconds())
 		h.plugin.learnNTP(ans.NTP)
 		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
+		h.plugin.learnQuiet(h.prep.SessionID, h.prepSent, &ans)
 	}
 	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
 	switch {

@@ -60,8 +60,9 @@ type httpContext struct {
 	// prep is the prepare sent, whose directives are kept if the host
 	// cannot be reached; keptAll what was kept for the session before it
 	// (keep.go).
-	prep    hostapi.PrepareRequest
-	keptAll []hostapi.KeptDirectives
+	prep     hostapi.PrepareRequest
+	prepSent time.Time // when prep was sent (skip.go)
+	keptAll  []hostapi.KeptDirectives
 
 	resp response
 
@@ -210,6 +211,12 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	}
 	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
+	if len(prep.Directives) == 0 && len(h.keptAll) == 0 {
+		if e, ok := h.plugin.quietFor(h.sessionID); ok {
+			h.skip(e) // skip.go: the session is quiet, nothing to ask
+			return proxywasm.ActionContinue
+		}
+	}
 	return h.prepare(prep)
 }
 

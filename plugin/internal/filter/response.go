@@ -2,6 +2,7 @@ package filter
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -364,6 +365,9 @@ func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
 		proxywasm.LogWarnf("chime: request %s: resolve failed, showing the original turn: %s", h.requestID, failure)
 		ans = hostapi.ResolveResponse{}
 	}
+	// The chain's tools may have changed the session (skip.go); after a
+	// failure the generation it ended with is unknown.
+	raiseQuietFloor(h.sessionID, cmp.Or(ans.Generation, p.gen.known))
 	proxywasm.LogDebugf("chime: request %s: resolved: continued %v, reason %q, %d hops", h.requestID, ans.Continued, ans.Reason, ans.Hops)
 	if r.reader != nil {
 		h.replaceResponse(append(r.paused, h.sseEnding(&ans)...))

@@ -13,13 +13,21 @@ import (
 func (p *pluginContext) OnTick() {
 	now := p.now()
 	p.reportFailOpen(now)
+	p.flushTouches()
+	if p.cfg.SkipPrepare {
+		p.startPoll() // skip.go: it brings the NTP view too
+		return
+	}
 	// One refresh at a time; a call the host never answered is given up
 	// after two periods (the host always answers, by timeout at worst).
-	if !p.stateCallAt.IsZero() && now.Sub(p.stateCallAt) < 2*tickPeriodMs*time.Millisecond {
+	if !p.stateCallAt.IsZero() && now.Sub(p.stateCallAt) < 2*statePeriod {
+		return
+	}
+	if !p.stateAnsweredAt.IsZero() && now.Sub(p.stateAnsweredAt) < statePeriod {
 		return
 	}
 	err := p.callHost(hostapi.PathState, nil, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
-		p.stateCallAt = time.Time{}
+		p.stateCallAt, p.stateAnsweredAt = time.Time{}, p.now()
 		var st hostapi.StateResponse
 		if failure := readAnswer(numHeaders, bodySize, &st); failure != "" {
 			p.hostFailures.inc()

@@ -262,6 +262,12 @@ func (s *answerScanner) prepare(ans *hostapi.PrepareResponse) bool {
 			ans.MayContinue, ok = s.bool()
 		case "route":
 			ans.Route, ok = s.str()
+		case "template":
+			ans.Template, ok = s.bool()
+		case "generation":
+			ans.Generation, ok = s.int64()
+		case "quietMs":
+			ans.QuietMs, ok = s.int64()
 		}
 		return ok
 	})

@@ -1,0 +1,304 @@
+package filter
+
+import (
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/plugin/proxywasm"
+)
+
+// Skipping prepare (docs/architecture.md#skipping-prepare, RATIONALE.md).
+// Each prepare answer says under which host generation it was computed
+// and for how long the session stays quiet (nothing due, nothing pending,
+// no stopMessage). The filter keeps that per session in proxy shared data
+// (every worker's VM sees it) and forwards a request that carries no
+// directive, of a session whose entry is quiet now under the generation
+// the filter trusts, with what the prepare would have answered: the
+// tools, the route, the template wish, and a time tag from its own clock.
+// The generation comes from a long poll of the host (hostapi skip.go);
+// sessions seen without a prepare are reported on the tick (PathTouch).
+
+// MetricPrepareSkipped counts requests forwarded without a prepare call.
+const MetricPrepareSkipped = "chime_prepare_skipped_total"
+
+const (
+	quietKeyPrefix = "chime.quiet.s."
+	quietKeyNone   = "chime.quiet.none" // requests without a session id
+	// maxQuietSessionLen bounds the session ids that get an entry.
+	maxQuietSessionLen = 256
+	// maxTouches bounds the sessions waiting for the tick's PathTouch.
+	maxTouches = 4 * hostapi.MaxTouchSessions
+)
+
+// quietEntry is a session's last prepare answer, as far as a skipped
+// request needs it.
+type quietEntry struct {
+	gen      int64
+	until    int64 // filter clock, Unix ms: quiet before this
+	created  int64 // filter clock, Unix ms: a clock that went back invalidates
+	template bool
+	tools    []string
+	route    string
+}
+
+// encode is "v1\n<gen>\n<until>\n<created>\n<template>\n<tools,...>\n<route>";
+// the route is last, so it may hold anything.
+func (e quietEntry) encode() []byte {
+	b := make([]byte, 0, 96+len(e.route))
+	b = append(b, "v1\n"...)
+	b = strconv.AppendInt(b, e.gen, 10)
+	b = append(b, '\n')
+	b = strconv.AppendInt(b, e.until, 10)
+	b = append(b, '\n')
+	b = strconv.AppendInt(b, e.created, 10)
+	b = append(b, '\n')
+	if e.template {
+		b = append(b, '1')
+	} else {
+		b = append(b, '0')
+	}
+	b = append(b, '\n')
+	b = append(b, strings.Join(e.tools, ",")...)
+	b = append(b, '\n')
+	return append(b, e.route...)
+}
+
+func decodeQuietEntry(raw []byte) (quietEntry, bool) {
+	parts := strings.SplitN(string(raw), "\n", 7)
+	if len(parts) != 7 || parts[0] != "v1" {
+		return quietEntry{}, false
+	}
+	var e quietEntry
+	var err1, err2, err3 error
+	e.gen, err1 = strconv.ParseInt(parts[1], 10, 64)
+	e.until, err2 = strconv.ParseInt(parts[2], 10, 64)
+	e.created, err3 = strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || (parts[4] != "0" && parts[4] != "1") {
+		return quietEntry{}, false
+	}
+	e.template = parts[4] == "1"
+	if parts[5] != "" {
+		e.tools = strings.Split(parts[5], ",")
+	}
+	e.route = parts[6]
+	return e, true
+}
+
+// quietKey is the shared-data key of a session's entry; "" when the
+// session gets none.
+func quietKey(sid string) string {
+	switch {
+	case sid == "":
+		return quietKeyNone
+	case len(sid) > maxQuietSessionLen:
+		return ""
+	}
+	return quietKeyPrefix + sid
+}
+
+// loadQuiet reads a session's entry and its CAS token.
+func loadQuiet(key string) (quietEntry, uint32, bool) {
+	raw, cas, err := proxywasm.GetSharedData(key)
+	if err != nil {
+		if !errors.Is(err, proxywasm.ErrNotFound) {
+			proxywasm.LogDebugf("chime: read quiet entry: %v", err)
+		}
+		return quietEntry{}, cas, false
+	}
+	e, ok := decodeQuietEntry(raw)
+	return e, cas, ok
+}
+
+// storeQuiet records e for sid unless the entry there is of a later
+// generation (an answer that arrives late must not undo a newer one).
+func storeQuiet(sid string, e quietEntry) {
+	key := quietKey(sid)
+	if key == "" {
+		return
+	}
+	for range casRetries {
+		old, cas, ok := loadQuiet(key)
+		if ok && old.gen > e.gen {
+			return
+		}
+		if proxywasm.SetSharedData(key, e.encode(), cas) == nil {
+			return
+		}
+	}
+}
+
+// genState is the generation this root context trusts (tick.go polls it).
+type genState struct {
+	instance  string
+	known     int64     // 0 = none: nothing is skipped
+	anchor    time.Time // send time of the poll that last confirmed known; zero = not trusted
+	polling   bool      // a poll is outstanding
+	pollStart time.Time
+	touches   map[string]int64 // session → host time of its latest skipped request
+}
+
+func newInstanceID() string {
+	var b [8]byte
+	v := rand.Uint64()
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// trusted reports whether known may be relied on at now.
+func (p *pluginContext) trusted(now time.Time) bool {
+	g := &p.gen
+	return g.known != 0 && !g.anchor.IsZero() && !now.Before(g.anchor) && now.Sub(g.anchor) < hostapi.GenerationTrust
+}
+
+// startPoll sends the generation long poll unless one is outstanding.
+func (p *pluginContext) startPoll() {
+	g := &p.gen
+	if !p.cfg.SkipPrepare || (g.polling && p.now().Sub(g.pollStart) < 2*hostapi.GenerationPollTimeout) {
+		return
+	}
+	sent := p.now()
+	path := hostapi.PathState + "?" + hostapi.QueryGeneration + "=" + strconv.FormatInt(g.known, 10) +
+		"&" + hostapi.QueryInstance + "=" + g.instance
+	err := p.callHost(path, nil, hostapi.GenerationPollTimeout.Milliseconds(), func(numHeaders, bodySize, _ int) {
+		g.polling = false
+		var st hostapi.StateResponse
+		if failure := readAnswer(numHeaders, bodySize, &st); failure != "" {
+			g.anchor = time.Time{} // the host may have moved on: ask it again
+			p.hostFailures.inc()
+			proxywasm.LogDebugf("chime: generation poll failed: %s", failure)
+			return
+		}
+		p.learnNTP(st.NTP)
+		if st.Generation == 0 {
+			g.known, g.anchor = 0, time.Time{} // a host without generations: always prepare
+			return
+		}
+		g.known, g.anchor = st.Generation, sent
+		p.startPoll()
+	})
+	if err != nil {
+		g.anchor = time.Time{}
+		p.hostFailures.inc()
+		proxywasm.LogDebugf("chime: cannot send the generation poll: %v", err)
+		return
+	}
+	g.polling, g.pollStart = true, sent
+}
+
+// quietFor returns the entry that lets a request of sid skip prepare.
+func (p *pluginContext) quietFor(sid string) (quietEntry, bool) {
+	if !p.cfg.SkipPrepare {
+		return quietEntry{}, false
+	}
+	now := p.now()
+	if !p.trusted(now) {
+		return quietEntry{}, false
+	}
+	key := quietKey(sid)
+	if key == "" {
+		return quietEntry{}, false
+	}
+	e, _, ok := loadQuiet(key)
+	ms := now.UnixMilli()
+	if !ok || e.gen != p.gen.known || ms >= e.until || ms < e.created {
+		return quietEntry{}, false
+	}
+	return e, true
+}
+
+// learnQuiet records a prepare answer sent at sent for sid.
+func (p *pluginContext) learnQuiet(sid string, sent time.Time, ans *hostapi.PrepareResponse) {
+	if !p.cfg.SkipPrepare || ans.Generation == 0 {
+		return
+	}
+	ms := sent.UnixMilli()
+	e := quietEntry{gen: ans.Generation, created: ms, template: ans.Template, tools: ans.Tools, route: ans.Route}
+	if ans.QuietMs > 0 && !ans.Reserved && !ans.MayContinue && ans.Reminders == "" {
+		e.until = ms + min(ans.QuietMs, hostapi.MaxQuiet.Milliseconds())
+	}
+	storeQuiet(sid, e)
+}
+
+// raiseQuietFloor invalidates sid's entry up to generation gen: the host
+// changed the session (a resolve ran its tools) and only a prepare of gen
+// or later reflects it.
+func raiseQuietFloor(sid string, gen int64) {
+	if gen != 0 {
+		storeQuiet(sid, quietEntry{gen: gen})
+	}
+}
+
+// skip finishes a request whose session is quiet, as its prepare answer
+// would have.
+func (h *httpContext) skip(e quietEntry) {
+	p := h.plugin
+	p.prepareSkipped.inc()
+	ans := hostapi.PrepareResponse{Tools: e.tools, Route: e.route, Template: e.template}
+	h.wantTemplate = e.template
+	h.routeFromAnswer(e.route)
+	h.rewrite(&ans)
+	if h.sessionID != "" {
+		p.noteTouch(h.sessionID)
+	}
+}
+
+// noteTouch remembers a session seen without a prepare for PathTouch.
+func (p *pluginContext) noteTouch(sid string) {
+	g := &p.gen
+	if g.touches == nil {
+		g.touches = map[string]int64{}
+	}
+	if _, ok := g.touches[sid]; !ok && len(g.touches) >= maxTouches {
+		return // the host hears of it with the session's next prepare
+	}
+	g.touches[sid] = p.now().UnixMilli() + p.ntpOffsetMs
+}
+
+// flushTouches sends the sessions seen without a prepare (the tick).
+func (p *pluginContext) flushTouches() {
+	g := &p.gen
+	if len(g.touches) == 0 {
+		return
+	}
+	req := hostapi.TouchRequest{Sessions: make([]hostapi.SessionTouch, 0, min(len(g.touches), hostapi.MaxTouchSessions))}
+	for sid, at := range g.touches {
+		if len(req.Sessions) == hostapi.MaxTouchSessions {
+			break
+		}
+		req.Sessions = append(req.Sessions, hostapi.SessionTouch{SessionID: sid, AtMs: at})
+		delete(g.touches, sid)
+	}
+	body := encodeTouches(req)
+	if err := p.callHost(hostapi.PathTouch, body, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {
+		if failure := readAnswer(numHeaders, bodySize, nil); failure != "" {
+			p.hostFailures.inc()
+			proxywasm.LogDebugf("chime: touch failed: %s", failure)
+		}
+	}); err != nil {
+		p.hostFailures.inc()
+		proxywasm.LogDebugf("chime: cannot send touches: %v", err)
+	}
+}
+
+// encodeTouches is json.Marshal(req).
+func encodeTouches(req hostapi.TouchRequest) []byte {
+	b := append(make([]byte, 0, 16+64*len(req.Sessions)), `{"sessions":[`...)
+	for i, t := range req.Sessions {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"sessionId":`...)
+		b = appendJSONString(b, t.SessionID)
+		b = append(b, `,"atMs":`...)
+		b = strconv.AppendInt(b, t.AtMs, 10)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}

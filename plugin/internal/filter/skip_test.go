@@ -1,0 +1,222 @@
+package filter
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/llm"
+	"github.com/chimehq/chime/plugin/proxywasm"
+	"github.com/chimehq/chime/plugin/proxywasm/proxytest"
+	"github.com/tidwall/gjson"
+)
+
+// skipEnv is env with a clock the test moves.
+type skipEnv struct {
+	*env
+	now *time.Time
+}
+
+func newSkipEnv(t *testing.T, config string) *skipEnv {
+	t.Helper()
+	now := wall
+	h := proxytest.NewHost(proxytest.Options{
+		VMContext:           vmContext{now: func() time.Time { return now }},
+		PluginConfiguration: []byte(config),
+		Clusters:            []string{"chime_host"},
+	})
+	if !h.StartPlugin() {
+		t.Fatalf("plugin rejected %q", config)
+	}
+	return &skipEnv{&env{t, h}, &now}
+}
+
+// answerPoll answers the newest generation poll with gen.
+func (e *skipEnv) answerPoll(gen int64) {
+	e.t.Helper()
+	polls := e.calls(hostapi.PathState)
+	if len(polls) == 0 {
+		e.t.Fatal("no generation poll")
+	}
+	c := polls[len(polls)-1]
+	e.h.CallOnHttpCallResponse(c.ID, [][2]string{{":status", "200"}},
+		must(json.Marshal(hostapi.StateResponse{NowMs: 1, NTP: hostapi.NTPInfo{Status: "ok"}, Generation: gen})), nil)
+}
+
+// request sends one chat request of session sid and reports whether it
+// went without a prepare (and answers the prepare otherwise with ans).
+func (e *skipEnv) request(sid, text string, ans hostapi.PrepareResponse) (skipped bool, forwarded string) {
+	e.t.Helper()
+	before := len(e.calls(hostapi.PathPrepare))
+	body := `{"messages":[{"role":"user","content":` + string(must(json.Marshal(text))) + `}]}`
+	id := e.send(llm.Chat, body, [2]string{"x-chime-session", sid})
+	if len(e.calls(hostapi.PathPrepare)) == before {
+		return true, string(e.h.GetSentRequestBody(id))
+	}
+	e.answer(ans)
+	return false, e.forwarded(id)
+}
+
+func TestSkipPrepare(t *testing.T) {
+	e := newSkipEnv(t, `{"token":"tok"}`)
+	const gen = 42
+	quiet := hostapi.PrepareResponse{Tools: []string{hostapi.ClockToolName}, Generation: gen, QuietMs: 60_000}
+
+	// Before the filter trusts a generation, every request is prepared.
+	if skipped, _ := e.request("s1", "hi", quiet); skipped {
+		t.Fatal("skipped before any generation poll was answered")
+	}
+	e.h.Tick() // the first poll
+	e.answerPoll(gen)
+	if n := len(e.calls(hostapi.PathState)); n != 2 {
+		t.Fatalf("polls after an answer = %d, want the next one sent at once", n)
+	}
+	skipped, body := e.request("s1", "again", quiet)
+	if !skipped {
+		t.Fatal("a quiet session's request was prepared")
+	}
+	if !strings.Contains(body, "[Time/Date]: utc=") || gjson.Get(body, "tools.0.function.name").Str != hostapi.ClockToolName {
+		t.Fatalf("skipped request lacks the time tag or the tools: %s", body)
+	}
+	if e.counter(MetricPrepareSkipped) != 1 {
+		t.Fatalf("skipped = %d", e.counter(MetricPrepareSkipped))
+	}
+
+	// A directive always asks the host.
+	if skipped, _ := e.request("s1", "<**stopMessage:clear**>", quiet); skipped {
+		t.Fatal("a request with a directive skipped prepare")
+	}
+	// Another session has no entry yet.
+	if skipped, _ := e.request("s2", "hi", quiet); skipped {
+		t.Fatal("a session never prepared skipped")
+	}
+	// An answer that is not quiet (a reminder reserved, a stopMessage)
+	// makes the next request ask again.
+	if skipped, _ := e.request("s2", "hi", hostapi.PrepareResponse{Generation: gen, MayContinue: true}); !skipped {
+		t.Fatal("s2 was quiet from its first answer")
+	}
+	e.request("s3", "hi", hostapi.PrepareResponse{Generation: gen, MayContinue: true})
+	if skipped, _ := e.request("s3", "hi", quiet); skipped {
+		t.Fatal("a session with mayContinue skipped")
+	}
+
+	// The window ends: the next request asks (the generation still
+	// trusted: a stale poll is replaced on the tick and answered).
+	*e.now = e.now.Add(61 * time.Second)
+	e.h.Tick()
+	e.answerPoll(gen)
+	if skipped, _ := e.request("s1", "later", quiet); skipped {
+		t.Fatal("skipped after the quiet window")
+	}
+
+	// The generation moves (a change elsewhere): entries of the old one
+	// are void.
+	e.answerPoll(gen + 1)
+	if skipped, _ := e.request("s1", "after a change", quiet); skipped {
+		t.Fatal("skipped on an entry of an older generation")
+	}
+	// quiet above is of gen 42: still not the generation known (43).
+	quiet.Generation = gen + 1
+	e.request("s1", "learn", quiet)
+	if skipped, _ := e.request("s1", "quiet again", quiet); !skipped {
+		t.Fatal("not skipped with a fresh entry")
+	}
+
+	// Trust ends GenerationTrust after the confirming poll was sent.
+	*e.now = e.now.Add(hostapi.GenerationTrust)
+	if skipped, _ := e.request("s1", "late", quiet); skipped {
+		t.Fatal("skipped on a generation no poll confirmed recently")
+	}
+}
+
+func TestSkipStopsWhenThePollFails(t *testing.T) {
+	e := newSkipEnv(t, `{}`)
+	quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
+	e.h.Tick()
+	e.answerPoll(7)
+	e.request("s", "hi", quiet)
+	if skipped, _ := e.request("s", "hi", quiet); !skipped {
+		t.Fatal("not skipped")
+	}
+	polls := e.calls(hostapi.PathState)
+	e.h.CallOnHttpCallResponse(polls[len(polls)-1].ID, nil, nil, nil) // reset
+	if skipped, _ := e.request("s", "hi", quiet); skipped {
+		t.Fatal("skipped after the generation poll failed")
+	}
+	for _, l := range e.h.GetLogs(proxywasm.LogLevelWarn) {
+		t.Errorf("a failed poll logged loudly: %s", l)
+	}
+}
+
+func TestSkipPrepareOff(t *testing.T) {
+	e := newSkipEnv(t, `{"skipPrepare":false}`)
+	e.h.Tick()
+	if p, _ := header(e.calls(hostapi.PathState)[0].Headers, ":path"); p != hostapi.PathState {
+		t.Fatalf("skipPrepare off still polls: %s", p)
+	}
+	quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
+	for range 2 {
+		if skipped, _ := e.request("s", "hi", quiet); skipped {
+			t.Fatal("skipped with skipPrepare off")
+		}
+	}
+}
+
+// A resolve (its tools may change the session) voids the session's entry
+// until a prepare of the generation the chain ended with.
+func TestResolveRaisesTheFloor(t *testing.T) {
+	raiseQuietFloor("s", 0) // no generation: nothing written
+	e := newSkipEnv(t, `{}`)
+	quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
+	e.h.Tick()
+	e.answerPoll(7)
+	e.request("s", "hi", quiet)
+	storeQuiet("s", quietEntry{gen: 8}) // as onResolveAnswer does with the chain's generation
+	if skipped, _ := e.request("s", "hi", quiet); skipped {
+		t.Fatal("skipped after a resolve")
+	}
+	// The late answer of generation 7 did not overwrite the floor.
+	if got, _, _ := loadQuiet(quietKey("s")); got.gen != 8 {
+		t.Fatalf("entry generation = %d, want 8", got.gen)
+	}
+}
+
+func TestTouchesFlushOnTick(t *testing.T) {
+	e := newSkipEnv(t, `{}`)
+	quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
+	e.h.Tick()
+	e.answerPoll(7)
+	e.request("s-touch", "hi", quiet)
+	e.request("s-touch", "hi", quiet)
+	e.h.Tick()
+	touches := e.calls(hostapi.PathTouch)
+	if len(touches) != 1 {
+		t.Fatalf("touch calls = %d", len(touches))
+	}
+	var req hostapi.TouchRequest
+	if err := json.Unmarshal(touches[0].Body, &req); err != nil {
+		t.Fatalf("touch body %s: %v", touches[0].Body, err)
+	}
+	if len(req.Sessions) != 1 || req.Sessions[0].SessionID != "s-touch" || req.Sessions[0].AtMs != wall.UnixMilli() {
+		t.Fatalf("touches = %+v", req)
+	}
+	e.h.Tick()
+	if n := len(e.calls(hostapi.PathTouch)); n != 1 {
+		t.Fatalf("touches sent again: %d calls", n)
+	}
+}
+
+func TestQuietEntryRoundTrip(t *testing.T) {
+	in := quietEntry{gen: 9, until: 100, created: 50, template: true, tools: []string{"clock", "timer"}, route: "a\nb"}
+	out, ok := decodeQuietEntry(in.encode())
+	if !ok || out.gen != 9 || out.until != 100 || out.created != 50 || !out.template || strings.Join(out.tools, ",") != "clock,timer" || out.route != "a\nb" {
+		t.Fatalf("round trip: %+v %v", out, ok)
+	}
+	for _, bad := range []string{"", "v2\n1\n2\n3\n0\n\n", "v1\nx\n2\n3\n0\n\n", "v1\n1\n2\n3\n2\n\n", "v1\n1\n2"} {
+		if _, ok := decodeQuietEntry([]byte(bad)); ok {
+			t.Errorf("decoded %q", bad)
+		}
+	}
+}
