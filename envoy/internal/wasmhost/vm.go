@@ -105,7 +105,7 @@ func (g *vmGroup) newVM(worker int) (*vmInstance, error) {
 		vm.rt.Close(ctx)
 		return nil, err
 	}
-	cm, err := vm.rt.CompileModule(ctx, g.code)
+	cm, err := vm.rt.CompileModule(compileContext(ctx), g.code)
 	if err != nil {
 		vm.rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: compile: %w", err)
