@@ -120,7 +120,11 @@ type vmGroup struct {
 
 	slots    []*workerSlot
 	building sync.WaitGroup // background builds of worker VMs
-	codeRT   wazero.Runtime // owns the group's reference to the compiled code
+	// rt holds the compiled module cm and every VM of the group: each VM
+	// is an anonymous instance of cm with host modules of its own.
+	rt      wazero.Runtime
+	cm      wazero.CompiledModule
+	hostSeq atomic.Int64 // numbers the VMs' host modules
 
 	instantiations atomic.Int64 // VM instances created, for tests and stats
 }
@@ -406,9 +410,10 @@ func (g *vmGroup) validate() error {
 		rt.Close(ctx)
 		return err
 	}
-	// Holding this compiled module keeps the machine code in the shared
-	// engine cache, so each worker VM's CompileModule is a cache hit.
-	g.codeRT = rt
+	// Every VM of the group is an instance of this compiled module in this
+	// runtime: decoding and validating the module again per VM cost more
+	// than instantiating it.
+	g.rt, g.cm = rt, cm
 	return nil
 }
 
@@ -591,8 +596,8 @@ func (g *vmGroup) close() {
 			vm.close()
 		}
 	}
-	if g.codeRT != nil {
-		g.codeRT.Close(context.Background())
+	if g.rt != nil {
+		g.rt.Close(context.Background())
 	}
 }
 
