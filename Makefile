@@ -93,7 +93,9 @@ faults: wasm
 # cron jobs due within a second (lateness p50/p99, heap per job), the
 # abuse benchmark (heap ratio over 5 000 requests of 2 000 directives) and,
 # among the e2e ones, the overload benchmark (1 000 concurrent stopMessage
-# clients: continuations run, failed open, p99).
+# clients: continuations run, failed open, p99) and BenchmarkUpReady
+# (`chime up` to its first 200 with a cold and a warm wasm cache; set
+# CHIME_UP_BASELINE to another chime binary for a side-by-side column).
 bench: wasm
 	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/
 	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
