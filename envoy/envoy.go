@@ -170,6 +170,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		HoldUntilStarted: true,
 		// Filters with one vm_id, code and VM configuration share VMs.
 		VMScope: &httpfilter.VMScope{},
+		// One VM is enough to serve; the other workers' follow at once.
+		BackgroundWorkers: true,
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/chimehq/chime/envoy"
 	"github.com/chimehq/chime/host"
 	"github.com/chimehq/chime/mockllm"
 )
@@ -55,35 +57,71 @@ func newUpCommand() *cobra.Command {
 				hcfg.Token = tok
 			}
 			proxy.token = hcfg.Token
-			svc, hcfg, err := newService(hcfg)
+			// The host's port is bound first: the host opens its store while
+			// the proxy compiles the filter, and a request the filter sends
+			// the host before it serves waits in the listen queue.
+			hostLn, err := net.Listen("tcp", hcfg.Addr)
 			if err != nil {
-				return err
+				return fmt.Errorf("host: host: listen: %w", err)
 			}
-			hostDone := make(chan struct{})
+			type built struct {
+				svc *host.Service
+				err error
+			}
+			hostBuilt := make(chan built, 1)
 			go func() {
-				defer close(hostDone)
-				if err := svc.Run(ctx); err != nil {
-					errc <- fmt.Errorf("host: %w", err)
-				}
+				svc, _, err := newService(hcfg)
+				hostBuilt <- built{svc, err}
 			}()
-			// The host closes its store when Run returns; wait for that on exit.
+			hostDone := make(chan struct{})
+			// The host closes its store when Serve returns; wait for that on exit.
 			defer func() { cancel(); <-hostDone }()
-			fmt.Fprintf(out, "host service   http://%s (dashboard /ui, /api/sessions, /metrics; data %s)\n", hcfg.Addr, hcfg.DataDir)
-
 			if upstream == "" {
 				go func() {
 					if err := mockllm.New().ListenAndServe(ctx, mockAddr); err != nil && !errors.Is(err, http.ErrServerClosed) {
 						errc <- fmt.Errorf("mock provider: %w", err)
 					}
 				}()
+			}
+			proxyCtx, stopProxy := context.WithCancel(ctx)
+			defer stopProxy()
+			type started struct {
+				srv *envoy.Server
+				err error
+			}
+			proxyStarted := make(chan started, 1)
+			go func() {
+				proxy.upstream = upstream
+				srv, err := proxy.start(proxyCtx)
+				proxyStarted <- started{srv, err}
+			}()
+			hb := <-hostBuilt
+			if hb.err != nil {
+				hostLn.Close()
+				close(hostDone)
+				stopProxy()
+				if ps := <-proxyStarted; ps.srv != nil {
+					ps.srv.Close()
+				}
+				return hb.err
+			}
+			go func() {
+				defer close(hostDone)
+				if err := hb.svc.Serve(ctx, hostLn); err != nil {
+					errc <- fmt.Errorf("host: %w", err)
+				}
+			}()
+			fmt.Fprintf(out, "host service   http://%s (dashboard /ui, /api/sessions, /metrics; data %s)\n", hcfg.Addr, hcfg.DataDir)
+
+			if upstream == "" {
 				fmt.Fprintf(out, "mock provider  http://%s\n", mockAddr)
 			}
 
-			proxy.upstream = upstream
-			srv, err := proxy.start(ctx)
-			if err != nil {
-				return err
+			ps := <-proxyStarted
+			if ps.err != nil {
+				return ps.err
 			}
+			srv := ps.srv
 			defer srv.Close()
 			for _, l := range srv.Listeners() {
 				fmt.Fprintf(out, "proxy %-8s http://%s\n", l.Name, l.Addr)

@@ -283,6 +283,11 @@ type Env struct {
 	// scope, i.e. the same server) run in one VM per worker, each with its
 	// own root context, as in Envoy. Nil: every filter gets its own VMs.
 	VMScope *VMScope
+	// BackgroundWorkers builds the VMs of every worker but the first in the
+	// background: the factory is ready once one VM runs, and a stream on a
+	// worker whose VM is still being built waits for it. False: every
+	// worker's VM is built before the factory returns.
+	BackgroundWorkers bool
 }
 
 // VMScope is the identity within which wasm VMs are shared (one runtime).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -91,8 +92,11 @@ func (vm *vmInstance) instantiateHost(ctx context.Context) error {
 		abi.ModuleWASI:         wasiFunctions(vm.g.profile),
 		abi.ModuleWASIUnstable: wasiFunctions(vm.g.profile),
 	}
+	vm.host = make(map[string]api.Module, len(mods))
 	for modName, fns := range mods {
-		b := vm.rt.NewHostModuleBuilder(modName)
+		// Instance names are unique within the group's runtime; the guest
+		// finds its VM's instances through the import resolver (newVM).
+		b := vm.g.rt.NewHostModuleBuilder(fmt.Sprintf("%s#%d", modName, vm.g.hostSeq.Add(1)))
 		for _, h := range fns {
 			h, qualified := h, modName+"."+h.sig.Name
 			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
@@ -102,11 +106,28 @@ func (vm *vmInstance) instantiateHost(ctx context.Context) error {
 				h.fn(vm, ctx, stack)
 			}), valueTypes(h.sig.Params), valueTypes(h.sig.Results)).Export(h.sig.Name)
 		}
-		if _, err := b.Instantiate(ctx); err != nil {
+		m, err := b.Instantiate(ctx)
+		if err != nil {
 			return fmt.Errorf("wasm: host module %s: %w", modName, err)
 		}
+		vm.host[modName] = resolvable(m)
 	}
 	return nil
+}
+
+// resolvable returns the module instance a host module builder's
+// Instantiate wraps: wazero's import resolver takes only the instance
+// itself (wazero v1.12 panics on the wrapper, which only hides
+// ExportedFunction). The conformance suite instantiates every guest
+// through the resolver, so a wazero that changes this shape fails it.
+func resolvable(m api.Module) api.Module {
+	v := reflect.ValueOf(m)
+	if v.Kind() == reflect.Struct && v.NumField() == 1 && v.Type().Field(0).Anonymous {
+		if inner, ok := v.Field(0).Interface().(api.Module); ok && inner != nil {
+			return inner
+		}
+	}
+	return m
 }
 
 // --- guest memory -------------------------------------------------------

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
 
@@ -117,8 +119,13 @@ type vmGroup struct {
 	pluginsMu sync.Mutex
 	plugins   []*Factory
 
-	slots  []*workerSlot
-	codeRT wazero.Runtime // owns the group's reference to the compiled code
+	slots    []*workerSlot
+	building sync.WaitGroup // background builds of worker VMs
+	// rt holds the compiled module cm and every VM of the group: each VM
+	// is an anonymous instance of cm with host modules of its own.
+	rt      wazero.Runtime
+	cm      wazero.CompiledModule
+	hostSeq atomic.Int64 // numbers the VMs' host modules
 
 	instantiations atomic.Int64 // VM instances created, for tests and stats
 }
@@ -138,7 +145,18 @@ type workerSlot struct {
 	mu          sync.Mutex
 	vm          *vmInstance
 	lastAttempt time.Time
+	// ready is closed once the slot's first VM has been built, or its
+	// build failed (at once unless it is built in the background, see
+	// Env.BackgroundWorkers).
+	ready chan struct{}
+	// published (guarded by vmGroup.pluginsMu) says addPlugin starts new
+	// plugins in this slot's VM itself; until then the background build
+	// starts every plugin added before it publishes.
+	published bool
 }
+
+// closedReady is the ready channel of a slot built synchronously.
+var closedReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // NewFactory builds the filter factory for one wasm http filter entry: it
 // loads and validates the module (ABI version marker, imports against the
@@ -265,12 +283,32 @@ func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profi
 	}
 	g.slots = make([]*workerSlot, workers)
 	for i := range g.slots {
+		g.slots[i] = &workerSlot{ready: closedReady, published: true}
+	}
+	// The first VM is always built here, so that a module that traps while
+	// starting, or refuses its configuration, fails the factory. With
+	// Env.BackgroundWorkers the others are built concurrently and a stream
+	// on such a worker waits for its VM (NewFilter), so the listeners need
+	// not wait for every worker.
+	if env.BackgroundWorkers {
+		sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+		for i := 1; i < workers; i++ {
+			g.slots[i].ready = make(chan struct{})
+			g.slots[i].published = false
+			g.building.Add(1)
+			go g.buildWorker(i, sem)
+		}
+	}
+	for i, s := range g.slots {
+		if s.ready != closedReady {
+			continue
+		}
 		vm, err := g.newVM(i)
 		if err != nil {
 			g.close()
 			return nil, err
 		}
-		g.slots[i] = &workerSlot{vm: vm}
+		s.vm = vm
 	}
 	if env.VMScope != nil {
 		groups.m[key] = g
@@ -278,13 +316,66 @@ func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profi
 	return g, nil
 }
 
+// buildWorkerHook, when set (by tests), runs in each background build
+// before its VM is instantiated.
+var buildWorkerHook func(worker int)
+
+// buildWorker builds worker i's first VM in the background
+// (Env.BackgroundWorkers) with every plugin added so far, at most
+// cap(sem) at a time. A failure is logged and leaves the slot empty: the
+// first stream on that worker retries, as after a crash (workerSlot.get).
+func (g *vmGroup) buildWorker(i int, sem chan struct{}) {
+	defer g.building.Done()
+	s := g.slots[i]
+	defer close(s.ready)
+	sem <- struct{}{}
+	if buildWorkerHook != nil {
+		buildWorkerHook(i)
+	}
+	vm, err := g.newVM(i)
+	<-sem
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastAttempt = time.Now()
+	g.pluginsMu.Lock()
+	s.published = true
+	plugins := append([]*Factory(nil), g.plugins...)
+	g.pluginsMu.Unlock()
+	if err == nil && g.ctx.Err() != nil {
+		vm.close()
+		return
+	}
+	if err == nil {
+		for _, p := range plugins {
+			if err = vm.startPlugin(g.ctx, p); err != nil {
+				vm.close()
+				break
+			}
+		}
+	}
+	if err != nil {
+		if g.ctx.Err() == nil {
+			g.logger.Error("wasm: failed to start the VM of a worker", "worker", i, "err", err)
+		}
+		return
+	}
+	s.vm = vm
+}
+
 // addPlugin starts f's root context in every worker VM of the group
 // (WasmBase::start then configure, as getOrCreateThreadLocalPlugin does).
+// A VM still being built in the background starts f itself.
 func (g *vmGroup) addPlugin(f *Factory) error {
 	g.pluginsMu.Lock()
 	g.plugins = append(g.plugins, f)
-	g.pluginsMu.Unlock()
+	var slots []*workerSlot
 	for _, s := range g.slots {
+		if s.published {
+			slots = append(slots, s)
+		}
+	}
+	g.pluginsMu.Unlock()
+	for _, s := range slots {
 		s.mu.Lock()
 		vm := s.vm
 		s.mu.Unlock()
@@ -311,7 +402,7 @@ func (g *vmGroup) livePlugins() []*Factory {
 func (g *vmGroup) validate() error {
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, g.rtCfg)
-	cm, err := rt.CompileModule(ctx, g.code)
+	cm, err := rt.CompileModule(compileContext(ctx), g.code)
 	if err != nil {
 		rt.Close(ctx)
 		return fmt.Errorf("wasm: failed to load module: %w", err)
@@ -320,10 +411,17 @@ func (g *vmGroup) validate() error {
 		rt.Close(ctx)
 		return err
 	}
-	// Holding this compiled module keeps the machine code in the shared
-	// engine cache, so each worker VM's CompileModule is a cache hit.
-	g.codeRT = rt
+	// Every VM of the group is an instance of this compiled module in this
+	// runtime: decoding and validating the module again per VM cost more
+	// than instantiating it.
+	g.rt, g.cm = rt, cm
 	return nil
+}
+
+// compileContext compiles a module's functions on every CPU: a cold
+// compilation of the chime filter on one core is most of a cold start.
+func compileContext(ctx context.Context) context.Context {
+	return experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
 }
 
 func (g *vmGroup) checkModule(cm wazero.CompiledModule) error {
@@ -403,6 +501,10 @@ func (f *Factory) NewFilter(cb httpfilter.Callbacks) (httpfilter.Filter, error) 
 }
 
 func (s *workerSlot) get(g *vmGroup, worker int) *vmInstance {
+	select {
+	case <-s.ready:
+	case <-g.ctx.Done():
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.vm != nil && !s.vm.failed.Load() {
@@ -482,6 +584,7 @@ func (g *vmGroup) close() {
 	if g.cancel != nil {
 		g.cancel()
 	}
+	g.building.Wait()
 	for _, s := range g.slots {
 		if s == nil {
 			continue
@@ -494,8 +597,8 @@ func (g *vmGroup) close() {
 			vm.close()
 		}
 	}
-	if g.codeRT != nil {
-		g.codeRT.Close(context.Background())
+	if g.rt != nil {
+		g.rt.Close(context.Background())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 
 	abi "github.com/chimehq/chime/internal/proxywasmabi"
 
@@ -43,8 +44,10 @@ type rootContext struct {
 type vmInstance struct {
 	g      *vmGroup
 	worker int
-	rt     wazero.Runtime
 	mod    api.Module
+	// host is the VM's own instance of each host module, by the name the
+	// guest imports it as.
+	host map[string]api.Module
 
 	mu      sync.Mutex
 	failed  atomic.Bool
@@ -101,19 +104,15 @@ func (g *vmGroup) newVM(worker int) (*vmInstance, error) {
 		nextGauge:     1,
 		nextHistogram: 2,
 	}
-	vm.rt = wazero.NewRuntimeWithConfig(ctx, g.rtCfg)
 	if err := vm.instantiateHost(ctx); err != nil {
-		vm.rt.Close(ctx)
+		vm.release()
 		return nil, err
 	}
-	cm, err := vm.rt.CompileModule(ctx, g.code)
+	// The guest's imports resolve to this VM's host modules.
+	ictx := experimental.WithImportResolver(withGuestMemory(ctx), func(name string) api.Module { return vm.host[name] })
+	mod, err := g.rt.InstantiateModule(ictx, g.cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
-		vm.rt.Close(ctx)
-		return nil, fmt.Errorf("wasm: compile: %w", err)
-	}
-	mod, err := vm.rt.InstantiateModule(withGuestMemory(ctx), cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
-	if err != nil {
-		vm.rt.Close(ctx)
+		vm.release()
 		return nil, fmt.Errorf("wasm: instantiate: %w", err)
 	}
 	g.instantiations.Add(1)
@@ -431,7 +430,18 @@ func (vm *vmInstance) close() {
 		cancel()
 		delete(vm.pendingCalls, id)
 	}
-	vm.rt.Close(context.Background())
+	vm.release()
+}
+
+// release closes the guest instance and the VM's host modules.
+func (vm *vmInstance) release() {
+	ctx := context.Background()
+	if vm.mod != nil {
+		vm.mod.Close(ctx)
+	}
+	for _, m := range vm.host {
+		m.Close(ctx)
+	}
 }
 
 // setTick (re)arms root context r's tick; 0 disables it. Envoy keeps one

@@ -167,3 +167,67 @@ func TestSharedVMSamePluginKeyOneRootContext(t *testing.T) {
 	second.Close()
 	logs.wait(t, "root 1 (a) done")
 }
+
+// With Env.BackgroundWorkers the factory is ready once worker 0's VM runs
+// and the other workers' VMs are built behind it. A plugin that joins the
+// group while worker 1's VM is still being built is started in that VM
+// once, after the plugin before it; the first stream on worker 1 waits for
+// that VM instead of building one of its own.
+func TestBackgroundWorkerVMs(t *testing.T) {
+	release := make(chan struct{})
+	buildWorkerHook = func(int) { <-release }
+	t.Cleanup(func() { buildWorkerHook = nil })
+	vmID := "vm-" + t.Name()
+	scope := &httpfilter.VMScope{}
+	mk := func(name string) *Factory {
+		cfg, env, _, _, _, _ := testConfig(t, name, func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
+			c.CodePath, c.VMID, c.PluginName, c.RootID = guests["vmshare"], vmID, "plugin-"+name, "root-"+name
+			e.VMScope, e.Workers, e.BackgroundWorkers = scope, 2, true
+		})
+		f, err := newFactory(cfg, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	a := mk("a")
+	if n := a.Instantiations(); n != 1 {
+		t.Fatalf("%d VMs when the factory returned, want 1 (worker 1's is held in its build)", n)
+	}
+	b := mk("b")
+	if r := report(t, b); r["roots"] != "1:a,2:b" || r["root"] != "2" {
+		t.Fatalf("worker 0: %v; want roots 1:a,2:b", r)
+	}
+	done := make(chan map[string]string, 1)
+	go func() {
+		fs := newFakeStream(nil, 1)
+		flt, err := b.NewFilter(fs)
+		if err != nil {
+			done <- nil
+			return
+		}
+		flt.DecodeHeaders(&fs.req, true)
+		flt.OnStreamComplete()
+		m := map[string]string{}
+		if len(fs.replies) == 1 {
+			for _, l := range strings.Split(strings.TrimSpace(fs.replies[0].body), "\n") {
+				k, v, _ := strings.Cut(l, "=")
+				m[k] = v
+			}
+		}
+		done <- m
+	}()
+	close(release)
+	r := <-done
+	if r["roots"] != "1:a,2:b" || r["root"] != "2" || r["configures"] != "2" || r["vm_starts"] != "2" {
+		t.Errorf("worker 1: %v; want its own VM with roots 1:a,2:b, each configured once", r)
+	}
+	a.g.building.Wait()
+	if n := a.Instantiations(); n != 2 {
+		t.Errorf("%d VMs for 2 workers, want 2", n)
+	}
+	if w0 := report(t, a); w0["vm"] == r["vm"] {
+		t.Errorf("workers 0 and 1 share VM %s", r["vm"])
+	}
+}
