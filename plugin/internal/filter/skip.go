@@ -176,6 +176,7 @@ func (p *pluginContext) startPoll() {
 			return
 		}
 		p.learnNTP(st.NTP)
+		defer p.hostAnswered() // resend kept outcomes (outcome.go)
 		if st.Generation == 0 {
 			g.known, g.anchor = 0, time.Time{} // a host without generations: always prepare
 			return
@@ -240,6 +241,7 @@ func raiseQuietFloor(sid string, gen int64) {
 func (h *httpContext) skip(e quietEntry) {
 	p := h.plugin
 	p.prepareSkipped.inc()
+	h.prepareSettled() // no prepare will be sent (loadtimeout.go)
 	ans := hostapi.PrepareResponse{Tools: e.tools, Route: e.route, Template: e.template}
 	h.wantTemplate = e.template
 	h.routeFromAnswer(e.route)
