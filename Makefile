@@ -10,26 +10,16 @@ LDFLAGS   := -X main.version=$(VERSION)
 
 all: build wasm
 
-# Progress of a build: `go build -v` names each package as it compiles
-# (nothing when the build cache already has it); PROGRESS numbers them
-# against the package count, passes other lines (errors) through and
-# exits with the build's status. The first build on a clean Go build
-# cache compiles about 460 packages for bin/chime and 110 for chime.wasm.
-PROGRESS = awk -v total="$$total" -v what="$$what" \
-	'/^exit [0-9]+$$/ { code = $$2; next } \
-	 /^[A-Za-z0-9_.\/-]+$$/ { n++; printf "  %s [%3d/%d] %s\n", what, n, total, $$0; fflush(); next } \
-	 { print; fflush() } END { exit code }'
-
 # The filter: standard Go, wasip1 reactor (exports _initialize).
+# scripts/goprogress.sh runs each build with -v and numbers the packages
+# it compiles (nothing on a warm cache): the first build on a clean Go
+# build cache compiles about 460 packages for bin/chime and 110 for
+# chime.wasm.
 wasm:
-	@echo "GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./plugin"
-	@total=$$(GOOS=wasip1 GOARCH=wasm $(GO) list -deps ./plugin | wc -l); what=$(WASM); \
-	{ GOOS=wasip1 GOARCH=wasm $(GO) build -v -buildmode=c-shared -trimpath -o $(WASM) ./plugin 2>&1; echo "exit $$?"; } | $(PROGRESS)
+	@sh scripts/goprogress.sh -- GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./plugin
 
 build:
-	@echo "$(GO) build -trimpath -ldflags \"$(LDFLAGS)\" -o $(BIN) ./cmd/chime"
-	@total=$$($(GO) list -deps ./cmd/chime | wc -l); what=$(BIN); \
-	{ $(GO) build -v -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/chime 2>&1; echo "exit $$?"; } | $(PROGRESS)
+	@sh scripts/goprogress.sh -- $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/chime
 
 # The demo stack on 127.0.0.1: proxy :10000 (admin :9901), mock provider :8788.
 # The first build on a clean Go build cache takes minutes (README.md,

@@ -107,6 +107,10 @@ func goBuild(t *testing.T, cmd string) []string {
 		words = append(words, w.String())
 	}
 	require.False(t, quoted, "unbalanced quotes in %q", cmd)
+	// A Makefile recipe runs the command through scripts/goprogress.sh.
+	if i := slices.Index(words, "--"); i >= 0 {
+		words = words[i+1:]
+	}
 	if i := slices.Index(words, "-o"); i >= 0 && i+1 < len(words) {
 		words = slices.Delete(words, i, i+2)
 	}
