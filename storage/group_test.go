@@ -34,19 +34,19 @@ func sharedRound(t *testing.T, s *Store, fns []func(*Tx) error) []error {
 	})
 	<-held
 	errs := make([]error, len(fns))
+	// One call at a time, each waiting (yielding, no timing involved)
+	// until it is queued: the queue holds them in the order of fns.
 	for i, fn := range fns {
 		wg.Go(func() { errs[i] = s.UpdateShared(fn) })
-	}
-	// Polls, yielding, until every call is queued: the goroutines above
-	// enqueue without any timing involved.
-	for {
-		s.group.mu.Lock()
-		n := len(s.group.queue)
-		s.group.mu.Unlock()
-		if n == len(fns) {
-			break
+		for {
+			s.group.mu.Lock()
+			n := len(s.group.queue)
+			s.group.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 	close(hold)
 	wg.Wait()
