@@ -11,9 +11,11 @@ package filter
 
 // prepareCallsPerStep is how many requests waiting for their prepare
 // (besides the one asking) add one more prepareTimeoutMs to the timeout
-// (in proportion: 4 add half of it). A request waits from its headers on:
+// (in proportion: 2 add half of it). 8 left a few requests at the
+// start of a 1 000-request burst to fail open; 4 lets them all through
+// (docs/failures.md#overload). A request waits from its headers on:
 // in a burst the headers of many arrive before the first body.
-const prepareCallsPerStep = 8
+const prepareCallsPerStep = 4
 
 // awaitPrepare counts a request that will send a prepare call.
 func (h *httpContext) awaitPrepare() {
@@ -39,7 +41,7 @@ func (h *httpContext) prepareSettled() {
 const answeredLatencyFactor = 3
 
 // prepareTimeoutMs is the timeout of a prepare call sent now: the larger
-// of prepareTimeoutMs × (1 + waiting/8) and 3 × the recent latency of
+// of prepareTimeoutMs × (1 + waiting/4) and 3 × the recent latency of
 // answered calls, at most prepareTimeoutMaxMs (and never below
 // prepareTimeoutMs). Calls that time out teach nothing: a host that does
 // not answer gets no more time for it.

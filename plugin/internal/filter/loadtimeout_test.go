@@ -11,14 +11,14 @@ import (
 )
 
 // TestPrepareTimeoutGrowsWithCallsInFlight: a prepare call sent while
-// others wait gets prepareTimeoutMs more per 8 of them, up to
+// others wait gets prepareTimeoutMs more per prepareCallsPerStep of them, up to
 // prepareTimeoutMaxMs, with the deadline the host gets to match; answered
 // calls no longer count.
 func TestPrepareTimeoutGrowsWithCallsInFlight(t *testing.T) {
 	e := newEnv(t, `{"prepareTimeoutMs":100,"prepareTimeoutMaxMs":350}`)
 	body := `{"model":"m","messages":[{"role":"user","content":"<**stopMessage:\"go on\",1**>hi"}]}`
 	for i := range 25 {
-		w := min(uint32(100+100*i/8), 350) // 8 in flight: 200 ms; capped from 20 on
+		w := min(uint32(100+100*i/prepareCallsPerStep), 350)
 		e.send(llm.Chat, body, [2]string{"x-session-id", "s"})
 		c, prep := e.lastPrepare()
 		if c.TimeoutMs != w {
@@ -119,8 +119,9 @@ func TestPrepareTimeoutCountsWaitingRequests(t *testing.T) {
 	e.h.CallOnRequestHeaders(bad, reqHeaders(llm.Chat), false)
 	e.h.CallOnRequestBody(bad, []byte(`{not json`), true)
 	id := e.send(llm.Chat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	if c, _ := e.lastPrepare(); c.TimeoutMs != 160 {
-		t.Fatalf("with 8 requests waiting: timeout %d, want 160", c.TimeoutMs)
+	want := uint32(80 + 80*8/prepareCallsPerStep)
+	if c, _ := e.lastPrepare(); c.TimeoutMs != want {
+		t.Fatalf("with 8 requests waiting: timeout %d, want %d", c.TimeoutMs, want)
 	}
 	for _, h := range heads {
 		e.h.CompleteHttpContext(h)
