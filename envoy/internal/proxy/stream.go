@@ -132,7 +132,7 @@ func (s *stream) run() {
 			s.declaredTrailers = append(s.declaredTrailers, k)
 		}
 		s.reqBody = make(chan bodyEvent)
-		go s.readRequestBody()
+		go s.readRequestBody(s.reqBody)
 	}
 	if t := s.l.cfg.StreamIdleTimeout; t > 0 {
 		s.idleTimer = time.NewTimer(t)
@@ -272,11 +272,13 @@ func newUUID() string {
 }
 
 // readRequestBody feeds client body chunks to the stream goroutine. The
-// channel is unbuffered, so the loop's gating is the flow control.
-func (s *stream) readRequestBody() {
+// channel is unbuffered, so the loop's gating is the flow control. It
+// takes the channel as an argument: the loop sets s.reqBody to nil when it
+// stops listening (localReply), and this goroutine must not read the field.
+func (s *stream) readRequestBody(reqBody chan<- bodyEvent) {
 	send := func(ev bodyEvent) bool {
 		select {
-		case s.reqBody <- ev:
+		case reqBody <- ev:
 			return true
 		case <-s.ctx.Done():
 			return false
