@@ -57,7 +57,7 @@ type Request struct {
 	finalEdit  int // Messages: the edit holding the final user turn's rebuilt content
 	toolsEdit  int // the edit holding a whole new tools array
 	toolList   []namedTool
-	injected   map[string]int // tool name → edit index; -1 for toolList
+	injected   []injectedTool // a few at most: a slice costs less than a map
 }
 
 // span is a value's byte range [s, e) in the original body; s < 0 when absent.
@@ -82,8 +82,18 @@ type edit struct {
 	pre         string
 	repl        []byte
 	tail        int
+	// more follows repl: the parts of a tools array chime builds, so
+	// schemas of a few KB are not copied into a fresh array per request.
+	more        [][]byte
 	placeholder bool // repl is StrippedPlaceholder standing in for emptied text
 	member      bool // a new top-level member: goes after a value ending at the same offset
+}
+
+// injectedTool is a tool chime injected: its edit, or -1 when it is in
+// toolList.
+type injectedTool struct {
+	name string
+	edit int
 }
 
 type namedTool struct {
@@ -320,6 +330,9 @@ func (r *Request) Size() int {
 			continue
 		}
 		size += len(e.pre) + len(e.repl) - (e.end - e.start)
+		for _, m := range e.more {
+			size += len(m)
+		}
 		at = e.end
 	}
 	return size
@@ -341,6 +354,9 @@ func (r *Request) AppendBytes(dst []byte) []byte {
 		dst = append(dst, r.body[at:e.start]...)
 		dst = append(dst, e.pre...)
 		dst = append(dst, e.repl...)
+		for _, m := range e.more {
+			dst = append(dst, m...)
+		}
 		at = e.end
 	}
 	return append(dst, r.body[at:]...)

@@ -108,29 +108,61 @@ func validToolName(s string) bool {
 // duplicated. A missing or null tools member is created. It fails without
 // changing anything if a spec is invalid or "tools" is not a list.
 func (r *Request) InjectTools(tools []ToolSpec) error {
-	if r.tools.ok() && r.body[r.tools.s] != '[' && r.body[r.tools.s] != 'n' {
-		return fmt.Errorf("%w: tools is not an array", ErrBodyShape)
-	}
-	rendered := make([][]byte, len(tools))
+	rendered := make([]RenderedTool, len(tools))
 	for i, t := range tools {
-		b, err := t.render(r.proto)
+		rt, err := t.Render(r.proto)
 		if err != nil {
 			return err
 		}
-		rendered[i] = b
+		rendered[i] = rt
 	}
-	if r.injected == nil {
-		r.injected = make(map[string]int, len(tools))
+	return r.InjectRendered(rendered...)
+}
+
+// RenderedTool is a ToolSpec in one protocol's shape, rendered once: a
+// filter that injects the same few tools into every request renders and
+// validates their schemas (a few KB each) once, not per request.
+type RenderedTool struct {
+	name  string
+	proto Protocol
+	body  []byte
+}
+
+// Name is the tool's name.
+func (t RenderedTool) Name() string { return t.name }
+
+// Render returns the tool in p's shape, or ErrToolSpec.
+func (t ToolSpec) Render(p Protocol) (RenderedTool, error) {
+	b, err := t.render(p)
+	if err != nil {
+		return RenderedTool{}, err
 	}
-	for i, t := range tools {
-		r.injectOne(t.Name, rendered[i])
+	// Capped: an append to an edit holding it must copy, never write into
+	// bytes other requests share.
+	return RenderedTool{name: t.Name, proto: p, body: b[:len(b):len(b)]}, nil
+}
+
+// InjectRendered is InjectTools for tools rendered beforehand, each for
+// this request's protocol. The request keeps references to their bytes,
+// which are never written.
+func (r *Request) InjectRendered(tools ...RenderedTool) error {
+	if r.tools.ok() && r.body[r.tools.s] != '[' && r.body[r.tools.s] != 'n' {
+		return fmt.Errorf("%w: tools is not an array", ErrBodyShape)
+	}
+	for _, t := range tools {
+		if t.proto != r.proto || t.body == nil {
+			return fmt.Errorf("%w: tool %q rendered for %v, not %v", ErrToolSpec, t.name, t.proto, r.proto)
+		}
+	}
+	for _, t := range tools {
+		r.injectOne(t.name, t.body)
 	}
 	return nil
 }
 
 func (r *Request) injectOne(name string, body []byte) {
 	r.dirty = true
-	if ei, ok := r.injected[name]; ok {
+	if ei, ok := r.injectedEdit(name); ok {
 		if ei >= 0 {
 			r.edits[ei].repl = body
 			return
@@ -145,48 +177,71 @@ func (r *Request) injectOne(name string, body []byte) {
 	}
 	if !r.tools.ok() || r.body[r.tools.s] == 'n' {
 		r.toolList = append(r.toolList, namedTool{name, body})
-		r.injected[name] = -1
+		r.injected = append(r.injected, injectedTool{name, -1})
 		r.rebuildToolList()
 		return
 	}
 	if el := r.clientTool(name); el.ok() {
-		r.injected[name] = r.addEdit(edit{start: el.s, end: el.e, repl: body})
+		r.injected = append(r.injected, injectedTool{name, r.addEdit(edit{start: el.s, end: el.e, repl: body})})
 		return
 	}
 	pos, empty := r.arrayEnd(r.tools)
-	r.injected[name] = r.insertAt(pos, empty, body, 0)
+	r.injected = append(r.injected, injectedTool{name, r.insertAt(pos, empty, body, 0)})
 }
 
-// rebuildToolList renders the whole tools array chime created.
-func (r *Request) rebuildToolList() {
-	var b []byte
-	if !r.tools.ok() {
-		b = append(b, `"tools":`...)
+// injectedEdit returns the edit of the tool chime injected as name.
+func (r *Request) injectedEdit(name string) (int, bool) {
+	for _, t := range r.injected {
+		if t.name == name {
+			return t.edit, true
+		}
 	}
-	b = append(b, '[')
+	return 0, false
+}
+
+// rebuildToolList makes the tools array chime created: its opening in
+// repl, the tools and their commas in more (shared, not copied).
+func (r *Request) rebuildToolList() {
+	open := toolsOpen
+	if !r.tools.ok() {
+		open = toolsMemberOpen
+	}
+	parts := make([][]byte, 0, 2*len(r.toolList))
 	for i, t := range r.toolList {
 		if i > 0 {
-			b = append(b, ',')
+			parts = append(parts, comma)
 		}
-		b = append(b, t.body...)
+		parts = append(parts, t.body)
 	}
-	b = append(b, ']')
+	parts = append(parts, closeBracket)
 	if r.toolsEdit >= 0 {
-		r.edits[r.toolsEdit].repl = b
+		r.edits[r.toolsEdit].more = parts
 		return
 	}
 	if r.tools.ok() { // null
-		r.toolsEdit = r.addEdit(edit{start: r.tools.s, end: r.tools.e, repl: b})
+		r.toolsEdit = r.addEdit(edit{start: r.tools.s, end: r.tools.e, repl: open, more: parts})
 	} else {
-		r.toolsEdit = r.insertMember(b, 0)
+		r.toolsEdit = r.insertMember(open, 0)
+		r.edits[r.toolsEdit].more = parts
 	}
 }
+
+// The fixed pieces of a tools array chime builds; capped, so an append
+// copies rather than writes into them.
+var (
+	toolsOpen       = capped(`[`)
+	toolsMemberOpen = capped(`"tools":[`)
+	comma           = capped(`,`)
+	closeBracket    = capped(`]`)
+)
+
+func capped(s string) []byte { return []byte(s)[:len(s):len(s)] }
 
 // HasToolNamed reports whether the request, as edited, offers a tool
 // named name (Chat function or custom tools, and any named tool in
 // Responses and Messages).
 func (r *Request) HasToolNamed(name string) bool {
-	if _, ok := r.injected[name]; ok {
+	if _, ok := r.injectedEdit(name); ok {
 		return true
 	}
 	return r.clientTool(name).ok()

@@ -87,3 +87,37 @@ func TestInjectToolsErrors(t *testing.T) {
 		t.Error("a failed InjectTools left edits behind")
 	}
 }
+
+// TestInjectRenderedShared: a tool rendered once goes into many requests;
+// each gets the same bytes, later edits of one request (a second tool,
+// text appended) leave the rendered bytes and the other requests alone,
+// and a tool rendered for another protocol is refused.
+func TestInjectRenderedShared(t *testing.T) {
+	rt, err := strictTool().Render(Chat)
+	must(t, err)
+	other, err := ToolSpec{Name: "timer"}.Render(Chat)
+	must(t, err)
+	keep := string(rt.body)
+	a := parse(t, Chat, `{"messages":[{"role":"user","content":"a"}]}`)
+	b := parse(t, Chat, `{"messages":[{"role":"user","content":"b"}],"tools":null}`)
+	must(t, a.InjectRendered(rt))
+	must(t, b.InjectRendered(rt))
+	must(t, a.InjectRendered(other))
+	must(t, a.AppendUserText("tag"))
+	outA, outB := edited(t, a), edited(t, b)
+	if names := toolNames(Chat, []byte(outA)); !slices.Equal(names, []string{"clock", "timer"}) {
+		t.Errorf("a: tools %v in %s", names, outA)
+	}
+	if names := toolNames(Chat, []byte(outB)); !slices.Equal(names, []string{"clock"}) {
+		t.Errorf("b: tools %v in %s", names, outB)
+	}
+	if gjson.Get(outA, "tools.0").Raw != keep || gjson.Get(outB, "tools.0").Raw != keep || string(rt.body) != keep {
+		t.Errorf("rendered bytes changed:\n%s\n%s", outA, outB)
+	}
+	if err := parse(t, Messages, `{"messages":[]}`).InjectRendered(rt); !errors.Is(err, ErrToolSpec) {
+		t.Errorf("chat tool into a Messages request: %v", err)
+	}
+	if err := parse(t, Chat, `{"messages":[]}`).InjectRendered(RenderedTool{}); !errors.Is(err, ErrToolSpec) {
+		t.Errorf("zero RenderedTool: %v", err)
+	}
+}
