@@ -8,7 +8,14 @@ import (
 	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
+// logf formats only what the host would keep: asking the host's level
+// (proxy_get_log_level, which follows runtime level changes) costs one
+// host call, formatting a message the host drops costs fmt and a copy on
+// every request (docs/performance.md).
 func logf(level abi.LogLevel, format string, args []any) {
+	if min, err := hostcall.GetLogLevel(); err == nil && level < min {
+		return
+	}
 	_ = hostcall.Log(level, fmt.Sprintf(format, args...))
 }
 

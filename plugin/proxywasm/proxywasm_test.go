@@ -374,9 +374,11 @@ func TestTickQueueSharedDataMetricsProperties(t *testing.T) {
 	if l, err := hostcall.GetLogLevel(); err != nil || l != abi.LogLevelWarn {
 		t.Fatalf("log level = %v, %v", l, err)
 	}
+	// Below the host's level a message is neither formatted nor sent.
 	proxywasm.LogInfof("n=%d", 7)
-	if logs := h.GetLogs(proxywasm.LogLevelInfo); len(logs) != 1 || logs[0] != "n=7" {
-		t.Fatalf("logs = %q", logs)
+	proxywasm.LogWarnf("n=%d", 8)
+	if logs := h.GetLogs(proxywasm.LogLevelTrace); len(logs) != 1 || logs[0] != "n=8" {
+		t.Fatalf("logs = %q, want only the warning", logs)
 	}
 }
 

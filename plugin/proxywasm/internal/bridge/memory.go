@@ -63,6 +63,15 @@ var spares [][]byte
 // Spare returns an empty buffer with room for n bytes: the smallest
 // recycled one that fits, or a new one. Its bytes are not zeroed.
 func Spare(n int) []byte {
+	if c := smallClass(n); c >= 0 {
+		if l := smalls[c]; len(l) > 0 {
+			b := l[len(l)-1]
+			l[len(l)-1] = nil
+			smalls[c] = l[:len(l)-1]
+			return b[:0]
+		}
+		return make([]byte, 0, smallMin<<c)
+	}
 	if n >= reuseMin {
 		best := -1
 		for i, b := range spares {
@@ -83,15 +92,51 @@ func Spare(n int) []byte {
 	return make([]byte, 0, n)
 }
 
-// Recycle hands a large buffer back for reuse; small ones are left to the
-// GC, as are buffers past maxSpares. The caller must hold no reference to
-// b (nor to any slice of it) afterwards. A buffer already recycled is not
-// taken twice.
+// Buffers of smallMin up to reuseMin bytes (the bodies of most requests,
+// a few KB with the tool schemas the filter adds) are kept per
+// power-of-two class, up to maxSmalls each: every request reusing them
+// instead of allocating leaves the guest's GC far less to do.
+const (
+	smallMin  = 1 << 10
+	maxSmalls = 16
+)
+
+var smalls [6][][]byte // 1, 2, 4, 8, 16, 32 KiB
+
+// smallClass is the class whose buffers hold n bytes, or -1 when n is
+// below smallMin or at least reuseMin.
+func smallClass(n int) int {
+	if n < smallMin || n >= reuseMin {
+		return -1
+	}
+	c := 0
+	for smallMin<<c < n {
+		c++
+	}
+	return c
+}
+
+// Recycle hands a buffer back for reuse; ones below smallMin are left to
+// the GC, as are buffers past the classes' limits. The caller must hold
+// no reference to b (nor to any slice of it) afterwards. A buffer already
+// recycled is not taken twice.
 func Recycle(b []byte) {
+	b = b[:cap(b)]
+	if c := smallClass(cap(b)); c >= 0 {
+		if smallMin<<c != cap(b) || len(smalls[c]) >= maxSmalls {
+			return // not of a class's exact size: Spare could hand out too little
+		}
+		for _, s := range smalls[c] {
+			if unsafe.SliceData(s[:cap(s)]) == unsafe.SliceData(b) {
+				return
+			}
+		}
+		smalls[c] = append(smalls[c], b[:0])
+		return
+	}
 	if cap(b) < reuseMin || len(spares) >= maxSpares {
 		return
 	}
-	b = b[:cap(b)]
 	for _, s := range spares {
 		if unsafe.SliceData(s) == unsafe.SliceData(b) {
 			return
