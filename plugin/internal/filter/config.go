@@ -69,10 +69,11 @@ var ToolFamilies = map[string][]string{
 // injectable names the server tools the configuration allows that req
 // does not define itself, sorted.
 func (c Config) injectable(req *llm.Request) []string {
+	// req nil: the list for a request that names none of the tools.
 	var out []string
 	for _, names := range ToolFamilies {
 		for _, name := range names {
-			if c.ToolEnabled(name) && !req.HasToolNamed(name) {
+			if c.ToolEnabled(name) && (req == nil || !req.HasToolNamed(name)) {
 				out = append(out, name)
 			}
 		}

@@ -67,9 +67,12 @@ func (v vmContext) NewPluginContext(uint32) proxywasm.PluginContext {
 // and the host calls.
 type pluginContext struct {
 	proxywasm.DefaultPluginContext
-	cfg         Config
-	defaultZone *time.Location
-	now         func() time.Time
+	cfg Config
+	// injectableAll is cfg.injectable of a request without tools of
+	// their names: most requests' list, shared rather than built each time.
+	injectableAll []string
+	defaultZone   *time.Location
+	now           func() time.Time
 
 	// ntpOffsetMs is the host's last reported NTP offset (docs/time.md#ntp); the
 	// time tag uses it when the host cannot be asked.
@@ -154,6 +157,7 @@ func (p *pluginContext) OnPluginStart(int) bool {
 		return false
 	}
 	p.cfg, p.defaultZone = cfg, zone
+	p.injectableAll = cfg.injectable(nil)
 	// The definition order is the metric ids' order; keep it stable.
 	p.requests = defineCounter(MetricRequests)
 	p.hostFailures = defineCounter(MetricHostCallFailures)

@@ -10,15 +10,31 @@ import (
 )
 
 // serverTools maps the tool names a prepare answer may list to the specs
-// the filter injects (the filter owns the schemas, llm/hostapi.go). Built
-// once: a spec carries its schema as a few KB of bytes, which InjectTools
-// only reads.
+// the filter injects (the filter owns the schemas, llm/hostapi.go).
 var serverTools = func() map[string]llm.ToolSpec {
 	m := map[string]llm.ToolSpec{hostapi.ClockToolName: hostapi.ClockToolSpec()}
 	for _, spec := range hostapi.TimerToolSpecs() {
 		m[spec.Name] = spec
 	}
 	return m
+}()
+
+// renderedTools is serverTools rendered per protocol, once per VM: a
+// schema is a few KB that rendering and validating per request would
+// copy and scan again (docs/performance.md).
+var renderedTools = func() map[llm.Protocol]map[string]llm.RenderedTool {
+	out := map[llm.Protocol]map[string]llm.RenderedTool{}
+	for _, p := range []llm.Protocol{llm.Chat, llm.Responses, llm.Messages} {
+		out[p] = map[string]llm.RenderedTool{}
+		for name, spec := range serverTools {
+			rt, err := spec.Render(p)
+			if err != nil {
+				panic("chime: server tool " + name + ": " + err.Error()) // the filter's own schemas: a build error
+			}
+			out[p][name] = rt
+		}
+	}
+	return out
 }()
 
 // prepare sends the prepare call and pauses the request until the answer.
@@ -76,7 +92,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	}
 	h.mayContinue = ans.MayContinue
 	h.wantTemplate = ans.Template
-	h.routeFromAnswer(ans.Route)
+	h.routeFromAnswer(ans.Route, true)
 	delivered := h.rewrite(&ans)
 	if ans.Reserved {
 		if delivered {
@@ -197,10 +213,10 @@ func (h *httpContext) rewrite(ans *hostapi.PrepareResponse) (remindersDelivered 
 // the plugin configuration allows, and remembers their names: only their
 // calls are withheld from the client.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
-	specs := make([]llm.ToolSpec, 0, len(names))
+	specs := make([]llm.RenderedTool, 0, len(names))
 	injected := make([]string, 0, len(names))
 	for _, name := range names {
-		spec, ok := serverTools[name]
+		spec, ok := renderedTools[h.protocol][name]
 		switch {
 		case !ok:
 			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
@@ -217,7 +233,7 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 		injected = append(injected, name)
 	}
 	if len(specs) > 0 {
-		if err := req.InjectTools(specs); err != nil {
+		if err := req.InjectRendered(specs...); err != nil {
 			proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.requestID, err)
 			return
 		}

@@ -23,8 +23,8 @@ type httpContext struct {
 	handled        bool // an LLM protocol request that is not a followup
 	protocol       llm.Protocol
 	requestID      string
-	timezone       string            // the x-chime-timezone header, raw
-	sessionHeaders map[string]string // the llm.SessionHeaders() present
+	timezone       string      // the x-chime-timezone header, raw
+	sessionHeaders [][2]string // the llm.SessionHeaders() present, name and value
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
@@ -142,10 +142,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	h.timezone = strings.TrimSpace(h.timezone)
 	for _, name := range sessionHeaderNames {
 		if v, ok := get(name); ok && strings.TrimSpace(v) != "" {
-			if h.sessionHeaders == nil {
-				h.sessionHeaders = map[string]string{}
-			}
-			h.sessionHeaders[name] = v
+			h.sessionHeaders = append(h.sessionHeaders, [2]string{name, v})
 		}
 	}
 	if endOfStream {
@@ -192,10 +189,10 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	// tool this filter may inject, except the client's own of that name: a
 	// request that fails open may still get a call of a tool an earlier
 	// request offered.
-	h.serverTools = h.plugin.cfg.injectable(req)
+	h.serverTools = h.plugin.injectable(req)
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
-	h.sessionID = req.SessionID(llm.HeaderFunc(func(name string) string { return h.sessionHeaders[name] }))
+	h.sessionID = req.SessionID(llm.HeaderFunc(h.sessionHeader))
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
@@ -218,6 +215,17 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		}
 	}
 	return h.prepare(prep)
+}
+
+// injectable is cfg.injectable(req); the shared list, never written, when
+// the request names none of the tools.
+func (p *pluginContext) injectable(req *llm.Request) []string {
+	for _, name := range p.injectableAll {
+		if req.HasToolNamed(name) {
+			return p.cfg.injectable(req)
+		}
+	}
+	return p.injectableAll
 }
 
 // forwardMalformed lets a body the filter cannot edit safely through
@@ -292,6 +300,16 @@ func followupHeaders(headers [][2]string) map[string]string {
 		out[name] = kv[1]
 	}
 	return out
+}
+
+// sessionHeader is the value of the session header name, or "".
+func (h *httpContext) sessionHeader(name string) string {
+	for _, kv := range h.sessionHeaders {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
 }
 
 // sessionHeaderNames is llm.SessionHeaders(), read once per VM.

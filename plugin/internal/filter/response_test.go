@@ -160,7 +160,7 @@ func (r *rig) out() []byte { return r.h.GetSentResponseBody(r.id) }
 // readTurn decodes what a client received: a JSON body, or an SSE stream
 // accumulated the way SDKs do, after checking its framing: one start, one
 // finish, one terminal at the very end, valid JSON in every event.
-func readTurn(t *testing.T, p llm.Protocol, sse bool, out []byte) *llm.Turn {
+func readTurn(t testing.TB, p llm.Protocol, sse bool, out []byte) *llm.Turn {
 	t.Helper()
 	if !sse {
 		turn, err := llm.ParseResponse(p, out)

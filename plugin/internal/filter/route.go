@@ -22,7 +22,7 @@ const routeKeyPrefix = "chime.route."
 // body may name one too, but is not here yet).
 func (h *httpContext) headerSessionID() string {
 	for _, name := range sessionHeaderNames {
-		if v := h.sessionHeaders[name]; v != "" {
+		if v := h.sessionHeader(name); v != "" {
 			return v
 		}
 	}
@@ -86,8 +86,12 @@ func (h *httpContext) routeAtHeaders(endOfStream bool) bool {
 // routeFromAnswer takes the route of a prepare answer: cached for the
 // session's next requests, and, when the headers are still held, set on
 // this request with the router asked to pick again (clear_route_cache).
-func (h *httpContext) routeFromAnswer(route string) {
-	cacheRoute(h.sessionID, route)
+// A skipped request passes cache false: its route is a quiet entry's,
+// learnt from the prepare answer that cached it.
+func (h *httpContext) routeFromAnswer(route string, cache bool) {
+	if cache {
+		cacheRoute(h.sessionID, route)
+	}
 	if !h.plugin.cfg.AllowOnHeadersStopIteration || route == h.pinnedRoute {
 		h.pinnedRoute = route
 		return

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -69,24 +70,48 @@ func (e quietEntry) encode() []byte {
 }
 
 func decodeQuietEntry(raw []byte) (quietEntry, bool) {
-	parts := strings.SplitN(string(raw), "\n", 7)
-	if len(parts) != 7 || parts[0] != "v1" {
+	// By hand, not strings.Split: this runs on every request of a quiet
+	// session, and each allocation costs the guest's GC.
+	var parts [7][]byte
+	rest := raw
+	for i := range 6 {
+		j := bytes.IndexByte(rest, '\n')
+		if j < 0 {
+			return quietEntry{}, false
+		}
+		parts[i], rest = rest[:j], rest[j+1:]
+	}
+	parts[6] = rest
+	if string(parts[0]) != "v1" {
 		return quietEntry{}, false
 	}
 	var e quietEntry
 	var err1, err2, err3 error
-	e.gen, err1 = strconv.ParseInt(parts[1], 10, 64)
-	e.until, err2 = strconv.ParseInt(parts[2], 10, 64)
-	e.created, err3 = strconv.ParseInt(parts[3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || (parts[4] != "0" && parts[4] != "1") {
+	e.gen, err1 = strconv.ParseInt(string(parts[1]), 10, 64)
+	e.until, err2 = strconv.ParseInt(string(parts[2]), 10, 64)
+	e.created, err3 = strconv.ParseInt(string(parts[3]), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || (string(parts[4]) != "0" && string(parts[4]) != "1") {
 		return quietEntry{}, false
 	}
-	e.template = parts[4] == "1"
-	if parts[5] != "" {
-		e.tools = strings.Split(parts[5], ",")
+	e.template = string(parts[4]) == "1"
+	if len(parts[5]) > 0 {
+		n := bytes.Count(parts[5], []byte{','}) + 1
+		e.tools = make([]string, 0, n)
+		for t := range bytes.SplitSeq(parts[5], []byte{','}) {
+			e.tools = append(e.tools, internToolName(t))
+		}
 	}
-	e.route = parts[6]
+	e.route = string(parts[6])
 	return e, true
+}
+
+// internToolName is string(b), without an allocation for the names of
+// the filter's own tools.
+func internToolName(b []byte) string {
+	if spec, ok := serverTools[string(b)]; ok {
+		return spec.Name
+	}
+	return string(b)
 }
 
 // quietKey is the shared-data key of a session's entry; "" when the
@@ -200,6 +225,13 @@ func (p *pluginContext) quietFor(sid string) (quietEntry, bool) {
 	}
 	now := p.now()
 	if !p.trusted(now) {
+		if p.gen.pollStart.IsZero() {
+			// A VM's first request starts the first poll, not its
+			// first tick: it skips from one host round trip on. Later
+			// polls are the tick's, so a host that is down is not
+			// asked on every request.
+			p.startPoll()
+		}
 		return quietEntry{}, false
 	}
 	key := quietKey(sid)
@@ -244,7 +276,7 @@ func (h *httpContext) skip(e quietEntry) {
 	h.prepareSettled() // no prepare will be sent (loadtimeout.go)
 	ans := hostapi.PrepareResponse{Tools: e.tools, Route: e.route, Template: e.template}
 	h.wantTemplate = e.template
-	h.routeFromAnswer(e.route)
+	h.routeFromAnswer(e.route, false)
 	h.rewrite(&ans)
 	if h.sessionID != "" {
 		p.noteTouch(h.sessionID)
