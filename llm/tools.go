@@ -154,39 +154,44 @@ func (r *Request) InjectRendered(tools ...RenderedTool) error {
 			return fmt.Errorf("%w: tool %q rendered for %v, not %v", ErrToolSpec, t.name, t.proto, r.proto)
 		}
 	}
+	rebuild := false
 	for _, t := range tools {
-		r.injectOne(t.name, t.body)
+		rebuild = r.injectOne(t.name, t.body) || rebuild
+	}
+	if rebuild {
+		r.rebuildToolList() // once for all the tools, not once per tool
 	}
 	return nil
 }
 
-func (r *Request) injectOne(name string, body []byte) {
+// injectOne adds or replaces one tool; it reports whether the tools array
+// chime builds changed (the caller rebuilds it).
+func (r *Request) injectOne(name string, body []byte) (rebuild bool) {
 	r.dirty = true
 	if ei, ok := r.injectedEdit(name); ok {
 		if ei >= 0 {
 			r.edits[ei].repl = body
-			return
+			return false
 		}
 		for i := range r.toolList {
 			if r.toolList[i].name == name {
 				r.toolList[i].body = body
 			}
 		}
-		r.rebuildToolList()
-		return
+		return true
 	}
 	if !r.tools.ok() || r.body[r.tools.s] == 'n' {
 		r.toolList = append(r.toolList, namedTool{name, body})
 		r.injected = append(r.injected, injectedTool{name, -1})
-		r.rebuildToolList()
-		return
+		return true
 	}
 	if el := r.clientTool(name); el.ok() {
 		r.injected = append(r.injected, injectedTool{name, r.addEdit(edit{start: el.s, end: el.e, repl: body})})
-		return
+		return false
 	}
 	pos, empty := r.arrayEnd(r.tools)
 	r.injected = append(r.injected, injectedTool{name, r.insertAt(pos, empty, body, 0)})
+	return false
 }
 
 // injectedEdit returns the edit of the tool chime injected as name.
