@@ -31,9 +31,9 @@ func FormatTimeTag(wall time.Time, loc *time.Location, ntpOffsetMs int64) string
 	b := make([]byte, 0, 160)
 	b = append(b, TimeTagPrefix...)
 	b = append(b, "utc=`"...)
-	b = now.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z")
+	b = appendStamp(b, now.UTC(), 'T', false)
 	b = append(b, "` local=`"...)
-	b = now.In(loc).AppendFormat(b, "2006-01-02 15:04:05.000 -07:00")
+	b = appendStamp(b, now.In(loc), ' ', true)
 	b = append(b, "` tz=`"...)
 	b = append(b, loc.String()...)
 	b = append(b, "` nowMs=`"...)
@@ -58,4 +58,51 @@ func LoadTimezone(name string) (*time.Location, error) {
 		return nil, fmt.Errorf("%w %q", ErrTimezone, name)
 	}
 	return loc, nil
+}
+
+// appendStamp appends t as "2006-01-02T15:04:05.000Z" (sep 'T', no
+// offset) or "2006-01-02 15:04:05.000 -07:00" (sep ' ', offset): what
+// AppendFormat writes for those layouts, without interpreting a layout,
+// which in the wasm filter costs more than the rest of the tag. Years
+// outside 0-9999 go through AppendFormat.
+func appendStamp(b []byte, t time.Time, sep byte, offset bool) []byte {
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		if offset {
+			return t.AppendFormat(b, "2006-01-02 15:04:05.000 -07:00")
+		}
+		return t.AppendFormat(b, "2006-01-02T15:04:05.000Z")
+	}
+	hour, minute, sec := t.Clock()
+	b = append4(b, year)
+	b = append(b, '-')
+	b = append2(b, int(month))
+	b = append(b, '-')
+	b = append2(b, day)
+	b = append(b, sep)
+	b = append2(b, hour)
+	b = append(b, ':')
+	b = append2(b, minute)
+	b = append(b, ':')
+	b = append2(b, sec)
+	ms := t.Nanosecond() / 1e6
+	b = append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
+	if !offset {
+		return append(b, 'Z')
+	}
+	_, off := t.Zone()
+	sign := byte('+')
+	if off < 0 {
+		sign, off = '-', -off
+	}
+	b = append(b, ' ', sign)
+	b = append2(b, off/3600)
+	b = append(b, ':')
+	return append2(b, off/60%60)
+}
+
+func append2(b []byte, v int) []byte { return append(b, byte('0'+v/10%10), byte('0'+v%10)) }
+
+func append4(b []byte, v int) []byte {
+	return append(b, byte('0'+v/1000), byte('0'+v/100%10), byte('0'+v/10%10), byte('0'+v%10))
 }

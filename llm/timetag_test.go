@@ -135,3 +135,26 @@ func FuzzFormatTimeTag(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAppendStamp: the hand-written stamps are exactly what AppendFormat
+// writes for their layouts, for any instant and zone.
+func FuzzAppendStamp(f *testing.F) {
+	f.Add(int64(1770067358241), "America/Los_Angeles")
+	f.Add(int64(0), "UTC")
+	f.Add(int64(-62135596800001), "Asia/Kathmandu") // a year before 1
+	f.Add(int64(253402300800000), "Pacific/Chatham") // year 10000
+	f.Add(int64(-2208988800000), "Europe/Amsterdam")  // 1900: odd historic offsets
+	f.Fuzz(func(t *testing.T, ms int64, zone string) {
+		loc, err := LoadTimezone(zone)
+		if err != nil {
+			loc = time.UTC
+		}
+		at := time.UnixMilli(ms)
+		if got, want := string(appendStamp(nil, at.UTC(), 'T', false)), at.UTC().Format("2006-01-02T15:04:05.000Z"); got != want {
+			t.Fatalf("utc %d: %q, want %q", ms, got, want)
+		}
+		if got, want := string(appendStamp(nil, at.In(loc), ' ', true)), at.In(loc).Format("2006-01-02 15:04:05.000 -07:00"); got != want {
+			t.Fatalf("%s %d: %q, want %q", loc, ms, got, want)
+		}
+	})
+}
