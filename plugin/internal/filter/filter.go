@@ -85,6 +85,8 @@ type pluginContext struct {
 	gen genState
 	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
 	zones map[string]*time.Location
+	// decodedQuiet maps quiet entries' bytes to their decoding (skip.go).
+	decodedQuiet map[string]quietEntry
 
 	// failOpens counts requests failed open since the last info line;
 	// failOpenReason is the latest one's reason (noteFailOpen).

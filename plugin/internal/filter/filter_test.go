@@ -317,6 +317,13 @@ func TestSessionFromBody(t *testing.T) {
 	if _, prep := e.lastPrepare(); prep.SessionID != "hdr" {
 		t.Fatalf("session = %q", prep.SessionID)
 	}
+	// Header names in any case; a higher-priority header wins whatever
+	// the order on the wire; a blank one does not count.
+	e.send(llm.Chat, `{"messages":[]}`, [2]string{"Thread-Id", "thread"}, [2]string{"X-Chime-Session", "  "},
+		[2]string{"Session_ID", "upper"}, [2]string{"X-Chime-Timezone", "Asia/Kathmandu"})
+	if _, prep := e.lastPrepare(); prep.SessionID != "upper" || prep.Timezone != "Asia/Kathmandu" {
+		t.Fatalf("session = %q, zone = %q", prep.SessionID, prep.Timezone)
+	}
 }
 
 func TestTimeTagZoneFromHeaderConfigOrUTC(t *testing.T) {
@@ -1064,5 +1071,13 @@ func TestDirectivesDroppedAreCountedAndLogged(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("dropped directives logged %d times, want once: %q", n, e.h.GetLogs(proxywasm.LogLevelInfo))
+	}
+}
+
+// TestSessionHeadersFit: OnHttpRequestHeaders keeps the session headers
+// in an array of maxSessionHeaders; a longer llm list would be cut short.
+func TestSessionHeadersFit(t *testing.T) {
+	if n := len(llm.SessionHeaders()); n > maxSessionHeaders {
+		t.Fatalf("llm has %d session headers, the filter keeps %d: raise maxSessionHeaders", n, maxSessionHeaders)
 	}
 }

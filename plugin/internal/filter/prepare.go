@@ -221,7 +221,7 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 		case !ok:
 			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
 			continue
-		case !h.plugin.cfg.ToolEnabled(name):
+		case !slices.Contains(h.plugin.injectableAll, name): // cfg.ToolEnabled, precomputed
 			continue
 		case req.HasToolNamed(name):
 			// The client has a tool of that name: its calls are the

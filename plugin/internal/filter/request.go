@@ -44,8 +44,11 @@ type httpContext struct {
 
 	// What the response path needs, captured while it is readable
 	// (request data is gone in response callbacks).
-	path           string      // :path as the client sent it
-	reentry        string      // the listener address, for followups (docs/architecture.md)
+	path string // :path as the client sent it
+	// reentry is the listener address, for followups (docs/architecture.md);
+	// read when a turn is reported (reentryAddress), not on every request.
+	reentry        string
+	reentryRead    bool
 	requestHeaders [][2]string // the client's, for followupHeaders
 	sessionID      string
 	pinnedRoute    string // the session's pinned route as this request knows it (route.go)
@@ -72,30 +75,63 @@ type httpContext struct {
 
 // OnHttpRequestHeaders is docs/architecture.md#request-path step 1.
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Action {
-	if method, _ := proxywasm.GetHttpRequestHeader(":method"); method != "POST" {
-		return proxywasm.ActionContinue // docs/failures.md: unknown path or method passes through
-	}
-	// One read of the whole map (each host call copies into guest memory).
+	// One read of the whole map: each host call costs a round trip out of
+	// the VM and a copy into guest memory, and most requests are POSTs.
 	headers, err := proxywasm.GetHttpRequestHeaders()
 	if err != nil {
 		// Only an LLM request is counted and worth the warning.
-		if path, _ := proxywasm.GetHttpRequestHeader(":path"); llm.DetectProtocol(path) != llm.Unknown {
+		method, _ := proxywasm.GetHttpRequestHeader(":method")
+		if path, _ := proxywasm.GetHttpRequestHeader(":path"); method == "POST" && llm.DetectProtocol(path) != llm.Unknown {
 			h.plugin.requests.inc()
 			proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
 		}
 		return proxywasm.ActionContinue
 	}
-	get := func(name string) (string, bool) {
-		for _, kv := range headers {
-			if strings.EqualFold(kv[0], name) {
-				return kv[1], true
+	// One pass over the headers (names arrive lowercase from Envoy; the
+	// fold covers a host that keeps the client's case).
+	var method, path, marker, clientID string
+	var hasPath, hasMarker, hasLength, hasEncoding, hasTimezone bool
+	var session [maxSessionHeaders]string // by sessionHeaderNames index
+	for _, kv := range headers {
+		name := kv[0]
+		if !isLower(name) {
+			name = strings.ToLower(name)
+		}
+		switch name {
+		case ":method":
+			if method == "" {
+				method = kv[1]
+			}
+		case ":path":
+			if !hasPath {
+				path, hasPath = kv[1], true
+			}
+		case hostapi.HeaderFollowup:
+			if !hasMarker {
+				marker, hasMarker = kv[1], true
+			}
+		case "x-request-id":
+			if clientID == "" {
+				clientID = kv[1]
+			}
+		case hostapi.HeaderTimezone:
+			if !hasTimezone {
+				h.timezone, hasTimezone = kv[1], true
+			}
+		case "content-length":
+			hasLength = true
+		case "accept-encoding":
+			hasEncoding = true
+		default:
+			for i, sh := range sessionHeaderNames[:min(len(sessionHeaderNames), len(session))] {
+				if name == sh && session[i] == "" {
+					session[i] = kv[1]
+				}
 			}
 		}
-		return "", false
 	}
-	path, ok := get(":path")
-	if !ok {
-		return proxywasm.ActionContinue
+	if method != "POST" || !hasPath {
+		return proxywasm.ActionContinue // docs/failures.md: unknown path or method passes through
 	}
 	proto := llm.DetectProtocol(path)
 	if proto == llm.Unknown {
@@ -104,7 +140,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	p := h.plugin
 	p.requests.inc()
 
-	if marker, ok := get(hostapi.HeaderFollowup); ok {
+	if hasMarker {
 		// The marker is ours alone: it never reaches the provider.
 		if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
 			proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
@@ -121,28 +157,25 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	// The response must arrive uncompressed for the response path to read
 	// it; a compressor filter downstream may still compress it for the client.
 	for _, name := range []string{"content-length", "accept-encoding"} {
+		if (name == "content-length" && !hasLength) || (name == "accept-encoding" && !hasEncoding) {
+			continue // absent: no host call
+		}
 		if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
 			proxywasm.LogDebugf("chime: remove %s: %v", name, err)
 		}
 	}
 	h.requestHeaders = headers // followupHeaders runs only if a resolve needs it
-	if addr, err := proxywasm.GetProperty([]string{"destination", "address"}); err == nil {
-		h.reentry = string(addr)
-	} else {
-		proxywasm.LogDebugf("chime: no destination.address property (followups use the host's default): %v", err)
-	}
 	// The client's x-request-id is only logged: a client-chosen id as the
 	// reservation and resolve key would let one session roll back or
 	// cancel another's (docs/failures.md).
 	h.requestID = newRequestID()
-	if id, _ := get("x-request-id"); id != "" {
-		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, id)
+	if clientID != "" {
+		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, clientID)
 	}
-	h.timezone, _ = get(hostapi.HeaderTimezone)
 	h.timezone = strings.TrimSpace(h.timezone)
-	for _, name := range sessionHeaderNames {
-		if v, ok := get(name); ok && strings.TrimSpace(v) != "" {
-			h.sessionHeaders = append(h.sessionHeaders, [2]string{name, v})
+	for i, v := range session {
+		if strings.TrimSpace(v) != "" {
+			h.sessionHeaders = append(h.sessionHeaders, [2]string{sessionHeaderNames[i], v})
 		}
 	}
 	if endOfStream {
@@ -215,6 +248,21 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		}
 	}
 	return h.prepare(prep)
+}
+
+// reentryAddress is the destination.address property: the listener the
+// host's followups re-enter. It is read from a response callback, when a
+// turn is reported: stream properties last as long as the stream.
+func (h *httpContext) reentryAddress() string {
+	if !h.reentryRead {
+		h.reentryRead = true
+		if addr, err := proxywasm.GetProperty([]string{"destination", "address"}); err == nil {
+			h.reentry = string(addr)
+		} else {
+			proxywasm.LogDebugf("chime: no destination.address property (followups use the host's default): %v", err)
+		}
+	}
+	return h.reentry
 }
 
 // injectable is cfg.injectable(req); the shared list, never written, when
@@ -311,6 +359,19 @@ func (h *httpContext) sessionHeader(name string) string {
 	}
 	return ""
 }
+
+// isLower reports whether s has no ASCII upper-case letter.
+func isLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxSessionHeaders bounds llm.SessionHeaders (TestSessionHeadersFit).
+const maxSessionHeaders = 8
 
 // sessionHeaderNames is llm.SessionHeaders(), read once per VM.
 var sessionHeaderNames = llm.SessionHeaders()

@@ -307,7 +307,7 @@ func (h *httpContext) turnReport(streaming bool) ([]byte, error) {
 		SessionID:   h.sessionID,
 		Protocol:    h.protocol.String(),
 		Path:        h.path,
-		Reentry:     h.reentry,
+		Reentry:     h.reentryAddress(),
 		Headers:     h.followupHeaders(),
 		Request:     json.RawMessage("null"),
 		Turn:        h.resp.orig,

@@ -139,6 +139,34 @@ func loadQuiet(key string) (quietEntry, uint32, bool) {
 	return e, cas, ok
 }
 
+// maxDecodedQuiet bounds the VM's cache of decoded quiet entries.
+const maxDecodedQuiet = 1024
+
+// loadQuietCached is loadQuiet for the request path: an entry whose bytes
+// this VM decoded before is not decoded again (its tools slice is shared
+// and never written).
+func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
+	raw, _, err := proxywasm.GetSharedData(key)
+	if err != nil {
+		if !errors.Is(err, proxywasm.ErrNotFound) {
+			proxywasm.LogDebugf("chime: read quiet entry: %v", err)
+		}
+		return quietEntry{}, false
+	}
+	if e, ok := p.decodedQuiet[string(raw)]; ok {
+		return e, true
+	}
+	e, ok := decodeQuietEntry(raw)
+	if !ok {
+		return quietEntry{}, false
+	}
+	if p.decodedQuiet == nil || len(p.decodedQuiet) >= maxDecodedQuiet {
+		p.decodedQuiet = make(map[string]quietEntry)
+	}
+	p.decodedQuiet[string(raw)] = e
+	return e, true
+}
+
 // storeQuiet records e for sid unless the entry there is of a later
 // generation (an answer that arrives late must not undo a newer one).
 func storeQuiet(sid string, e quietEntry) {
@@ -238,7 +266,7 @@ func (p *pluginContext) quietFor(sid string) (quietEntry, bool) {
 	if key == "" {
 		return quietEntry{}, false
 	}
-	e, _, ok := loadQuiet(key)
+	e, ok := p.loadQuietCached(key)
 	ms := now.UnixMilli()
 	if !ok || e.gen != p.gen.known || ms >= e.until || ms < e.created {
 		return quietEntry{}, false
