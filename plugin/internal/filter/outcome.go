@@ -21,7 +21,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		return proxywasm.ActionContinue
 	}
 	h.responseStarted = true
-	status, _ := proxywasm.GetHttpResponseHeader(":status")
+	// One read of the map: startResponse needs three of its headers.
+	headers, _ := proxywasm.GetHttpResponseHeaders()
+	status, _ := headerValue(headers, ":status")
 	n, err := strconv.Atoi(status)
 	ok := err == nil && n >= 200 && n <= 299
 	if h.reserved && !h.outcomeSent {
@@ -30,7 +32,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 			path = hostapi.PathCommit
 		}
 		h.outcomeSent = true
-		h.startResponse(ok, endOfStream)
+		h.startResponse(headers, ok, endOfStream)
 		if h.plugin.reportOutcome(path, h.requestID, h.plugin.cfg.PrepareTimeoutMs, func() {
 			if !h.streamDone {
 				_ = proxywasm.ResumeHttpResponse()
@@ -40,7 +42,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		}
 		return proxywasm.ActionContinue
 	}
-	h.startResponse(ok, endOfStream)
+	h.startResponse(headers, ok, endOfStream)
 	return proxywasm.ActionContinue
 }
 

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"time"
+
 	"slices"
 	"strings"
 
@@ -173,6 +175,11 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 // time tag, then the reminders. ans is nil when failing open. It reports
 // whether the host's reminders (if any) reached the body.
 func (h *httpContext) rewrite(ans *hostapi.PrepareResponse) (remindersDelivered bool) {
+	return h.rewriteAt(ans, h.plugin.now())
+}
+
+// rewriteAt is rewrite with the time tag at now.
+func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (remindersDelivered bool) {
 	req, p := h.req, h.plugin
 	h.req = nil
 	if req == nil {
@@ -182,7 +189,7 @@ func (h *httpContext) rewrite(ans *hostapi.PrepareResponse) (remindersDelivered 
 		h.injectTools(req, ans.Tools)
 	}
 	if p.cfg.TimeTag {
-		tag := llm.FormatTimeTag(p.now(), h.zone, p.ntpOffsetMs)
+		tag := llm.FormatTimeTag(now, h.zone, p.ntpOffsetMs)
 		if err := req.AppendUserText(tag); err != nil {
 			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.requestID, err)
 		}

@@ -227,6 +227,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(h.sessionHeader))
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
+	now := h.plugin.now() // one clock read for the request (two WASI calls in the guest)
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
@@ -237,13 +238,13 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		PreviousResponseID: req.PreviousResponseID(),
 		// After this the prepare must not reserve (docs/failures.md): the filter
 		// fails open and rolls the id back.
-		DeadlineMs: h.plugin.now().UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
+		DeadlineMs: now.UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
 	}
 	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	if len(prep.Directives) == 0 && len(h.keptAll) == 0 {
-		if e, ok := h.plugin.quietFor(h.sessionID); ok {
-			h.skip(e) // skip.go: the session is quiet, nothing to ask
+		if e, ok := h.plugin.quietFor(h.sessionID, now); ok {
+			h.skip(e, now) // skip.go: the session is quiet, nothing to ask
 			return proxywasm.ActionContinue
 		}
 	}

@@ -55,17 +55,17 @@ type response struct {
 // startResponse picks how to watch the response once its headers are in:
 // only 2xx, uncompressed JSON or SSE answers to a request the filter
 // forwarded itself. The body may change, so content-length goes.
-func (h *httpContext) startResponse(ok2xx, endOfStream bool) {
+func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool) {
 	if !ok2xx || endOfStream || h.sentBody == nil {
 		h.sentBody = nil
 		return
 	}
-	if enc, _ := proxywasm.GetHttpResponseHeader("content-encoding"); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+	if enc, _ := headerValue(headers, "content-encoding"); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
 		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.requestID, enc)
 		h.sentBody = nil
 		return
 	}
-	ct, _ := proxywasm.GetHttpResponseHeader("content-type")
+	ct, _ := headerValue(headers, "content-type")
 	mediaType, _, _ := strings.Cut(ct, ";")
 	switch strings.ToLower(strings.TrimSpace(mediaType)) {
 	case "application/json":
@@ -78,9 +78,23 @@ func (h *httpContext) startResponse(ok2xx, endOfStream bool) {
 		h.sentBody = nil
 		return
 	}
+	if _, ok := headerValue(headers, "content-length"); !ok {
+		return // absent: no host call
+	}
 	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
 		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.requestID, err)
 	}
+}
+
+// headerValue is the first value of the header name in headers, names
+// compared without case.
+func headerValue(headers [][2]string, name string) (string, bool) {
+	for _, kv := range headers {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1], true
+		}
+	}
+	return "", false
 }
 
 // OnHttpResponseBody is docs/architecture.md#response-path.

@@ -247,11 +247,10 @@ func (p *pluginContext) startPoll() {
 }
 
 // quietFor returns the entry that lets a request of sid skip prepare.
-func (p *pluginContext) quietFor(sid string) (quietEntry, bool) {
+func (p *pluginContext) quietFor(sid string, now time.Time) (quietEntry, bool) {
 	if !p.cfg.SkipPrepare {
 		return quietEntry{}, false
 	}
-	now := p.now()
 	if !p.trusted(now) {
 		if p.gen.pollStart.IsZero() {
 			// A VM's first request starts the first poll, not its
@@ -298,21 +297,21 @@ func raiseQuietFloor(sid string, gen int64) {
 
 // skip finishes a request whose session is quiet, as its prepare answer
 // would have.
-func (h *httpContext) skip(e quietEntry) {
+func (h *httpContext) skip(e quietEntry, now time.Time) {
 	p := h.plugin
 	p.prepareSkipped.inc()
 	h.prepareSettled() // no prepare will be sent (loadtimeout.go)
 	ans := hostapi.PrepareResponse{Tools: e.tools, Route: e.route, Template: e.template}
 	h.wantTemplate = e.template
 	h.routeFromAnswer(e.route, false)
-	h.rewrite(&ans)
+	h.rewriteAt(&ans, now)
 	if h.sessionID != "" {
-		p.noteTouch(h.sessionID)
+		p.noteTouch(h.sessionID, now)
 	}
 }
 
 // noteTouch remembers a session seen without a prepare for PathTouch.
-func (p *pluginContext) noteTouch(sid string) {
+func (p *pluginContext) noteTouch(sid string, now time.Time) {
 	g := &p.gen
 	if g.touches == nil {
 		g.touches = map[string]int64{}
@@ -320,7 +319,7 @@ func (p *pluginContext) noteTouch(sid string) {
 	if _, ok := g.touches[sid]; !ok && len(g.touches) >= maxTouches {
 		return // the host hears of it with the session's next prepare
 	}
-	g.touches[sid] = p.now().UnixMilli() + p.ntpOffsetMs
+	g.touches[sid] = now.UnixMilli() + p.ntpOffsetMs
 }
 
 // flushTouches sends the sessions seen without a prepare (the tick).
