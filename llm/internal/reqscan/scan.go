@@ -8,10 +8,7 @@
 // rather than panic.
 package reqscan
 
-import (
-	"bytes"
-	"math/bits"
-)
+import "bytes"
 
 // MaxDepth is the deepest nesting Valid accepts, matching encoding/json.
 const MaxDepth = 10000
@@ -243,123 +240,6 @@ func number(b []byte, i int) int {
 
 func isHex(c byte) bool {
 	return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// zeroBytes has the high bit set in every byte of x that is zero, and
-// possibly in bytes above one that is (a borrow): exact for the lowest.
-func zeroBytes(x uint64) uint64 { return (x - lsb) &^ x & msb }
-
-// stops marks the bytes that end a plain run inside a JSON string: a
-// quote, a backslash or a control character. Only its lowest mark is
-// exact; the caller checks the byte.
-func stops(x uint64) uint64 {
-	return zeroBytes(x^(lsb*'"')) | zeroBytes(x^(lsb*'\\')) | (x-lsb*0x20)&^x&msb
-}
-
-// escLen is the length of a valid escape by the byte after the
-// backslash, 0 for an invalid one.
-var escLen = func() (t [256]uint8) {
-	for _, c := range `"\\/bfnrt` {
-		t[c] = 2
-	}
-	t['u'] = 6
-	return t
-}()
-
-// escape validates the escape at b[i]=='\\' and returns its length, or 0.
-// A \u escape of '<' or '*' sets the tag hint.
-func (v *Checker) escape(b []byte, i int) int {
-	if i+1 >= len(b) {
-		return 0
-	}
-	k := int(escLen[b[i+1]])
-	if k != 6 {
-		return k
-	}
-	if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-		return 0
-	}
-	if b[i+2] == '0' && b[i+3] == '0' && (b[i+4] == '3' && b[i+5]|0x20 == 'c' || b[i+4] == '2' && b[i+5]|0x20 == 'a') {
-		v.tag = true
-	}
-	return 6
-}
-
-// plainRun skips 8 bytes at a time while none of them stops a plain run
-// (SWAR; wasm has no SIMD IndexByte).
-func plainRun(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		if stops(load64(b, i)) != 0 {
-			break
-		}
-	}
-	return i
-}
-
-// str validates the string starting at b[i]=='"' and returns the index
-// after it, or -1. Until the tag hint is set it also stops at '<'.
-func (v *Checker) str(b []byte, i int) int {
-	i++
-	n := len(b)
-	for {
-		if v.tag {
-			i = plainRun(b, i)
-			if i+8 <= n {
-				i += bits.TrailingZeros64(stops(load64(b, i))) >> 3
-			} else {
-				for i < n && !strStop[b[i]] {
-					i++
-				}
-			}
-		} else {
-			// plainRun that also stops at '<', written out: a call per
-			// stop costs in wasm, and it is too large to inline.
-			for ; i+8 <= n; i += 8 {
-				x := load64(b, i)
-				if m := stops(x) | zeroBytes(x^(lsb*'<')); m != 0 {
-					i += bits.TrailingZeros64(m) >> 3
-					break
-				}
-			}
-			if i+8 > n {
-				for i < n && !strStop[b[i]] && b[i] != '<' {
-					i++
-				}
-			}
-		}
-		if i >= n {
-			return -1
-		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c == '\\':
-			// The short escapes inline: a call per escape costs in wasm.
-			if i+1 < n && escLen[b[i+1]] == 2 {
-				i += 2
-				continue
-			}
-			k := v.escape(b, i)
-			if k == 0 {
-				return -1
-			}
-			i += k
-		case c == '<':
-			if i+2 < n && b[i+1] == '*' && b[i+2] == '*' {
-				v.tag = true
-			}
-			i++
-		case c < 0x20:
-			return -1
-		default: // a byte above a stop in the same word: not one itself
-			i++
-		}
-	}
 }
 
 // StringEnd returns the index just after the string that starts at
