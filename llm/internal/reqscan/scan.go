@@ -64,9 +64,45 @@ func NewChecker(b []byte) *Checker { return &Checker{b: b} }
 // skip looking for tags then; when true, the caller looks.
 func (v *Checker) TagHint() bool { return v.tag }
 
-// Members is CheckMembers on the checker's document.
+// Members is CheckMembers on the checker's document. It is walkMembers
+// written out with direct calls: under wasm an indirect call through a
+// method value costs more than the short key it scans.
 func (v *Checker) Members(i int, fn func(key []byte, vs int) (ve int)) int {
-	return walkMembers(v.b, i, v.str, fn)
+	b := v.b
+	if i >= len(b) || b[i] != '{' {
+		return -1
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for i < len(b) && b[i] == '"' {
+		ke := v.str(b, i)
+		if ke < 0 {
+			return -1
+		}
+		key := b[i+1 : ke-1]
+		i = skipSpace(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return -1
+		}
+		ve := fn(key, skipSpace(b, i+1))
+		if ve < 0 {
+			return -1
+		}
+		i = skipSpace(b, ve)
+		if i >= len(b) {
+			return -1
+		}
+		if b[i] == '}' {
+			return i + 1
+		}
+		if b[i] != ',' {
+			return -1
+		}
+		i = skipSpace(b, i+1)
+	}
+	return -1
 }
 
 // Value validates the value at i, nested depth levels deep, and returns
@@ -346,7 +382,7 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 	if i >= len(b) || b[i] != '{' {
 		return -1
 	}
-	i = SkipSpace(b, i+1)
+	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1
 	}
@@ -356,15 +392,15 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 			return -1
 		}
 		key := b[i+1 : ke-1]
-		i = SkipSpace(b, ke)
+		i = skipSpace(b, ke)
 		if i >= len(b) || b[i] != ':' {
 			return -1
 		}
-		ve := fn(key, SkipSpace(b, i+1))
+		ve := fn(key, skipSpace(b, i+1))
 		if ve < 0 {
 			return -1
 		}
-		i = SkipSpace(b, ve)
+		i = skipSpace(b, ve)
 		if i >= len(b) {
 			return -1
 		}
@@ -374,7 +410,7 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 		if b[i] != ',' {
 			return -1
 		}
-		i = SkipSpace(b, i+1)
+		i = skipSpace(b, i+1)
 	}
 	return -1
 }
@@ -397,7 +433,7 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 	if i >= len(b) || b[i] != '[' {
 		return -1
 	}
-	i = SkipSpace(b, i+1)
+	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1
 	}
@@ -406,7 +442,7 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 		if ve < 0 {
 			return -1
 		}
-		i = SkipSpace(b, ve)
+		i = skipSpace(b, ve)
 		if i >= len(b) {
 			return -1
 		}
@@ -416,15 +452,22 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 		if b[i] != ',' {
 			return -1
 		}
-		i = SkipSpace(b, i+1)
+		i = skipSpace(b, i+1)
 	}
 	return -1
 }
 
-// KeyIs reports whether the raw (still escaped) key equals name.
+// KeyIs reports whether the raw (still escaped) key equals name, which
+// holds no quote or backslash.
 func KeyIs(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
+	// An escape is longer than the character it stands for, so a key no
+	// longer than name equals it only byte for byte; most keys are
+	// settled here without looking for a backslash.
+	if len(key) <= len(name) {
 		return string(key) == name
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return false
 	}
 	s, ok := unescape(key)
 	return ok && s == name

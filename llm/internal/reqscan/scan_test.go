@@ -211,3 +211,17 @@ func TestMayContain(t *testing.T) {
 		t.Error("MayContain wrong")
 	}
 }
+
+func TestKeyIs(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{`role`, true}, {`r\u006fle`, true}, {`\u0072\u006f\u006c\u0065`, true}, {`rol`, false}, {`roles`, false},
+		{`rolex`, false}, {`r\u006flex`, false}, {`r\u006f`, false}, {`\u0072ol`, false}, {``, false},
+	} {
+		if got := KeyIs([]byte(c.key), "role"); got != c.want {
+			t.Errorf("KeyIs(%s, role) = %v", c.key, got)
+		}
+	}
+}
