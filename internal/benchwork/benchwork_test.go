@@ -31,7 +31,13 @@ func newWasmEditor(tb testing.TB) *wasmEditor {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("building guest: %v\n%s", err, b)
 	}
-	code, err := os.ReadFile(out)
+	return loadWasmEditor(tb, out)
+}
+
+// loadWasmEditor instantiates a guest module built from ./guest.
+func loadWasmEditor(tb testing.TB, file string) *wasmEditor {
+	tb.Helper()
+	code, err := os.ReadFile(file)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -78,9 +84,18 @@ func TestWasmEditMatchesNative(t *testing.T) {
 // BenchmarkEdit1MBWasmVsNative runs the 1 MB edit natively, inside wasm and
 // as a plain copy, interleaved in one run, and reports each in MB/s with
 // the ratios wasm/native and native/copy.
+//
+// BENCHWORK_GUEST_BEFORE names a guest module built from an older tree
+// (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared ./internal/benchwork/guest);
+// it then runs in the same rounds and best-before-wasm/native is its ratio.
 func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 	body := SampleChatBody(1 << 20)
 	w := newWasmEditor(b)
+	var before *wasmEditor
+	if f := os.Getenv("BENCHWORK_GUEST_BEFORE"); f != "" {
+		before = loadWasmEditor(b, f)
+	}
+	bestBefore := time.Hour
 	mb := float64(len(body)) / 1e6
 	var native, wasm, copying time.Duration
 	// The fastest round of each too: on a loaded machine the sums carry
@@ -101,6 +116,12 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 		t2 := time.Now()
 		sink = append(sink[:0], body...)
 		t3 := time.Now()
+		if before != nil {
+			if before.Edit(b, body) != len(out) {
+				b.Fatal("the before guest's edit differs")
+			}
+			bestBefore = min(bestBefore, time.Since(t3))
+		}
 		native, wasm, copying = native+t1.Sub(t0), wasm+t2.Sub(t1), copying+t3.Sub(t2)
 		bestNative, bestWasm = min(bestNative, t1.Sub(t0)), min(bestWasm, t2.Sub(t1))
 	}
@@ -112,6 +133,10 @@ func BenchmarkEdit1MBWasmVsNative(b *testing.B) {
 	b.ReportMetric(copying.Seconds()/native.Seconds(), "native/copy")
 	b.ReportMetric(bestNative.Seconds()/bestWasm.Seconds(), "best-wasm/native")
 	b.ReportMetric(mb/bestWasm.Seconds(), "best-wasm-MB/s")
+	if before != nil {
+		b.ReportMetric(bestNative.Seconds()/bestBefore.Seconds(), "best-before-wasm/native")
+		b.ReportMetric(mb/bestBefore.Seconds(), "best-before-wasm-MB/s")
+	}
 }
 
 const benchSize = 1 << 20

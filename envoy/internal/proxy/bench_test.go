@@ -30,23 +30,37 @@ func BenchmarkProxyPassthrough(b *testing.B) {
 }
 
 // BenchmarkChainBuffered measures the chain machinery alone: a buffering
-// filter fed 64 chunks of 16 KiB.
+// filter fed 64 chunks of 16 KiB, with the request's content-length known
+// (the buffer is allocated once) and unknown (it grows), side by side.
 func BenchmarkChainBuffered(b *testing.B) {
 	chunk := make([]byte, 16<<10)
-	for b.Loop() {
-		s := &stream{limit: 8 << 20}
-		f := &fakeFilter{name: "f", rec: &recorder{}, done: make(chan struct{})}
-		f.decodeData = bufferAll
-		s.reqHeaders = &httpfilter.Headers{}
-		sink := &countTerm{}
-		c := newChain(s, false, []httpfilter.Filter{f}, sink)
-		c.pushHeaders(0, false)
-		for i := 0; i < 64; i++ {
-			c.pushData(0, chunk, i == 63)
+	for _, known := range []bool{true, false} {
+		name := "length-known"
+		if !known {
+			name = "length-unknown"
 		}
-		if sink.n != 64*len(chunk) {
-			b.Fatalf("got %d bytes", sink.n)
-		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(64 << 14)
+			for b.Loop() {
+				s := &stream{limit: 8 << 20, r: &http.Request{ContentLength: -1}}
+				if known {
+					s.r.ContentLength = 64 << 14
+				}
+				f := &fakeFilter{name: "f", rec: &recorder{}, done: make(chan struct{})}
+				f.decodeData = bufferAll
+				s.reqHeaders = &httpfilter.Headers{}
+				sink := &countTerm{}
+				c := newChain(s, false, []httpfilter.Filter{f}, sink)
+				c.pushHeaders(0, false)
+				for i := 0; i < 64; i++ {
+					c.pushData(0, chunk, i == 63)
+				}
+				if sink.n != 64*len(chunk) {
+					b.Fatalf("got %d bytes", sink.n)
+				}
+			}
+		})
 	}
 }
 

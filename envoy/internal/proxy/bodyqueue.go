@@ -26,9 +26,17 @@ func newBodyQueue(limit int, onDrain func()) *bodyQueue {
 	return q
 }
 
+// write queues b. The queue takes b over: the caller must not change its
+// bytes afterwards. So a body a filter buffered whole is queued without a
+// copy; its capacity is clipped so later writes never append into memory
+// the caller may still hold.
 func (q *bodyQueue) write(b []byte) {
 	q.mu.Lock()
-	q.buf = append(q.buf, b...)
+	if len(q.buf) == 0 {
+		q.buf = b[:len(b):len(b)]
+	} else {
+		q.buf = append(q.buf, b...)
+	}
 	q.mu.Unlock()
 	q.cond.Broadcast()
 }

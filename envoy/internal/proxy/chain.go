@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/chimehq/chime/envoy/internal/httpfilter"
+import (
+	"slices"
+
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+)
 
 // chain iterates one direction of the filter chain with Envoy's
 // StreamFilter semantics (docs/local-runtime.md). Decoding runs the filters in config
@@ -138,6 +142,9 @@ func (c *chain) pushData(from int, chunk []byte, end bool) {
 				return
 			}
 			b = st.body
+			if need := len(b.Bytes) + len(chunk); need > cap(b.Bytes) {
+				b.Bytes = slices.Grow(b.Bytes, c.bufferSize(need)-len(b.Bytes))
+			}
 			b.Bytes = append(b.Bytes, chunk...)
 		} else {
 			// Clipped so appends never write into a slice a reader owns.
@@ -211,6 +218,19 @@ func (c *chain) pushTrailers(from int) {
 		}
 	}
 	c.term.trailers()
+}
+
+// bufferSize is the capacity to give a buffer that must hold need bytes:
+// the whole request body when its length is known (and within the
+// limit), so a buffered 1 MB body is allocated once rather than grown
+// and copied a dozen times; else need.
+func (c *chain) bufferSize(need int) int {
+	if !c.encode && c.s.r != nil {
+		if cl := c.s.r.ContentLength; cl > int64(need) && cl <= int64(c.s.limit) {
+			return int(cl)
+		}
+	}
+	return need
 }
 
 // takeBody ends buffering and returns the live buffer's current bytes.

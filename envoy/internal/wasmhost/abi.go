@@ -841,9 +841,10 @@ func hostSetBufferBytes(vm *vmInstance, _ context.Context, a []uint32) abi.Statu
 	start, length := a[1], a[2]
 	switch {
 	case start == 0:
+		// Built by append, which does not zero what it then overwrites
+		// (make would clear the whole 1 MB of a replaced body first).
 		drop := min(int(length), len(cur))
-		nb := make([]byte, 0, len(data)+len(cur)-drop)
-		nb = append(nb, data...)
+		nb := append([]byte(nil), data...)
 		b.live.Bytes = append(nb, cur[drop:]...)
 	case uint64(start) >= uint64(len(cur)):
 		b.live.Bytes = append(cur, data...)

@@ -8,10 +8,7 @@
 // rather than panic.
 package reqscan
 
-import (
-	"bytes"
-	"math/bits"
-)
+import "bytes"
 
 // MaxDepth is the deepest nesting Valid accepts, matching encoding/json.
 const MaxDepth = 10000
@@ -67,9 +64,45 @@ func NewChecker(b []byte) *Checker { return &Checker{b: b} }
 // skip looking for tags then; when true, the caller looks.
 func (v *Checker) TagHint() bool { return v.tag }
 
-// Members is CheckMembers on the checker's document.
+// Members is CheckMembers on the checker's document. It is walkMembers
+// written out with direct calls: under wasm an indirect call through a
+// method value costs more than the short key it scans.
 func (v *Checker) Members(i int, fn func(key []byte, vs int) (ve int)) int {
-	return walkMembers(v.b, i, v.str, fn)
+	b := v.b
+	if i >= len(b) || b[i] != '{' {
+		return -1
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for i < len(b) && b[i] == '"' {
+		ke := v.str(b, i)
+		if ke < 0 {
+			return -1
+		}
+		key := b[i+1 : ke-1]
+		i = skipSpace(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return -1
+		}
+		ve := fn(key, skipSpace(b, i+1))
+		if ve < 0 {
+			return -1
+		}
+		i = skipSpace(b, ve)
+		if i >= len(b) {
+			return -1
+		}
+		if b[i] == '}' {
+			return i + 1
+		}
+		if b[i] != ',' {
+			return -1
+		}
+		i = skipSpace(b, i+1)
+	}
+	return -1
 }
 
 // Value validates the value at i, nested depth levels deep, and returns
@@ -245,123 +278,6 @@ func isHex(c byte) bool {
 	return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// zeroBytes has the high bit set in every byte of x that is zero, and
-// possibly in bytes above one that is (a borrow): exact for the lowest.
-func zeroBytes(x uint64) uint64 { return (x - lsb) &^ x & msb }
-
-// stops marks the bytes that end a plain run inside a JSON string: a
-// quote, a backslash or a control character. Only its lowest mark is
-// exact; the caller checks the byte.
-func stops(x uint64) uint64 {
-	return zeroBytes(x^(lsb*'"')) | zeroBytes(x^(lsb*'\\')) | (x-lsb*0x20)&^x&msb
-}
-
-// escLen is the length of a valid escape by the byte after the
-// backslash, 0 for an invalid one.
-var escLen = func() (t [256]uint8) {
-	for _, c := range `"\\/bfnrt` {
-		t[c] = 2
-	}
-	t['u'] = 6
-	return t
-}()
-
-// escape validates the escape at b[i]=='\\' and returns its length, or 0.
-// A \u escape of '<' or '*' sets the tag hint.
-func (v *Checker) escape(b []byte, i int) int {
-	if i+1 >= len(b) {
-		return 0
-	}
-	k := int(escLen[b[i+1]])
-	if k != 6 {
-		return k
-	}
-	if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
-		return 0
-	}
-	if b[i+2] == '0' && b[i+3] == '0' && (b[i+4] == '3' && b[i+5]|0x20 == 'c' || b[i+4] == '2' && b[i+5]|0x20 == 'a') {
-		v.tag = true
-	}
-	return 6
-}
-
-// plainRun skips 8 bytes at a time while none of them stops a plain run
-// (SWAR; wasm has no SIMD IndexByte).
-func plainRun(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		if stops(load64(b, i)) != 0 {
-			break
-		}
-	}
-	return i
-}
-
-// str validates the string starting at b[i]=='"' and returns the index
-// after it, or -1. Until the tag hint is set it also stops at '<'.
-func (v *Checker) str(b []byte, i int) int {
-	i++
-	n := len(b)
-	for {
-		if v.tag {
-			i = plainRun(b, i)
-			if i+8 <= n {
-				i += bits.TrailingZeros64(stops(load64(b, i))) >> 3
-			} else {
-				for i < n && !strStop[b[i]] {
-					i++
-				}
-			}
-		} else {
-			// plainRun that also stops at '<', written out: a call per
-			// stop costs in wasm, and it is too large to inline.
-			for ; i+8 <= n; i += 8 {
-				x := load64(b, i)
-				if m := stops(x) | zeroBytes(x^(lsb*'<')); m != 0 {
-					i += bits.TrailingZeros64(m) >> 3
-					break
-				}
-			}
-			if i+8 > n {
-				for i < n && !strStop[b[i]] && b[i] != '<' {
-					i++
-				}
-			}
-		}
-		if i >= n {
-			return -1
-		}
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1
-		case c == '\\':
-			// The short escapes inline: a call per escape costs in wasm.
-			if i+1 < n && escLen[b[i+1]] == 2 {
-				i += 2
-				continue
-			}
-			k := v.escape(b, i)
-			if k == 0 {
-				return -1
-			}
-			i += k
-		case c == '<':
-			if i+2 < n && b[i+1] == '*' && b[i+2] == '*' {
-				v.tag = true
-			}
-			i++
-		case c < 0x20:
-			return -1
-		default: // a byte above a stop in the same word: not one itself
-			i++
-		}
-	}
-}
-
 // StringEnd returns the index just after the string that starts at
 // b[i]=='"', or -1. It uses IndexByte, so long strings scan fast.
 func StringEnd(b []byte, i int) int {
@@ -466,7 +382,7 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 	if i >= len(b) || b[i] != '{' {
 		return -1
 	}
-	i = SkipSpace(b, i+1)
+	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1
 	}
@@ -476,15 +392,15 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 			return -1
 		}
 		key := b[i+1 : ke-1]
-		i = SkipSpace(b, ke)
+		i = skipSpace(b, ke)
 		if i >= len(b) || b[i] != ':' {
 			return -1
 		}
-		ve := fn(key, SkipSpace(b, i+1))
+		ve := fn(key, skipSpace(b, i+1))
 		if ve < 0 {
 			return -1
 		}
-		i = SkipSpace(b, ve)
+		i = skipSpace(b, ve)
 		if i >= len(b) {
 			return -1
 		}
@@ -494,7 +410,7 @@ func walkMembers(b []byte, i int, strEnd func([]byte, int) int, fn func(key []by
 		if b[i] != ',' {
 			return -1
 		}
-		i = SkipSpace(b, i+1)
+		i = skipSpace(b, i+1)
 	}
 	return -1
 }
@@ -517,7 +433,7 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 	if i >= len(b) || b[i] != '[' {
 		return -1
 	}
-	i = SkipSpace(b, i+1)
+	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1
 	}
@@ -526,7 +442,7 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 		if ve < 0 {
 			return -1
 		}
-		i = SkipSpace(b, ve)
+		i = skipSpace(b, ve)
 		if i >= len(b) {
 			return -1
 		}
@@ -536,15 +452,22 @@ func WalkElements(b []byte, i int, fn func(vs int) (ve int)) int {
 		if b[i] != ',' {
 			return -1
 		}
-		i = SkipSpace(b, i+1)
+		i = skipSpace(b, i+1)
 	}
 	return -1
 }
 
-// KeyIs reports whether the raw (still escaped) key equals name.
+// KeyIs reports whether the raw (still escaped) key equals name, which
+// holds no quote or backslash.
 func KeyIs(key []byte, name string) bool {
-	if bytes.IndexByte(key, '\\') < 0 {
+	// An escape is longer than the character it stands for, so a key no
+	// longer than name equals it only byte for byte; most keys are
+	// settled here without looking for a backslash.
+	if len(key) <= len(name) {
 		return string(key) == name
+	}
+	if bytes.IndexByte(key, '\\') < 0 {
+		return false
 	}
 	s, ok := unescape(key)
 	return ok && s == name

@@ -29,7 +29,20 @@ func nested(depth int) string {
 	return open + "0" + close
 }
 
+// bothScanners runs fn with each string scanner (see blockStrings).
+func bothScanners(fn func()) {
+	defer func(was bool) { blockStrings = was }(blockStrings)
+	for _, blocks := range []bool{false, true} {
+		blockStrings = blocks
+		fn()
+	}
+}
+
 func TestValidMatchesEncodingJSON(t *testing.T) {
+	bothScanners(func() { testValidMatchesEncodingJSON(t) })
+}
+
+func testValidMatchesEncodingJSON(t *testing.T) {
 	for _, s := range validSeeds {
 		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
 			t.Errorf("Valid(%q) = %v, encoding/json says %v", s, got, want)
@@ -76,7 +89,9 @@ func decodesToTag(t *testing.T, b []byte) bool {
 	}
 }
 
-func TestTagHint(t *testing.T) {
+func TestTagHint(t *testing.T) { bothScanners(func() { testTagHint(t) }) }
+
+func testTagHint(t *testing.T) {
 	for _, c := range []struct {
 		doc  string
 		want bool
@@ -105,62 +120,64 @@ func FuzzValid(f *testing.F) {
 	for _, s := range validSeeds {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, want := Valid(b), json.Valid(b)
-		if got != want {
-			t.Fatalf("Valid(%q) = %v, encoding/json says %v", b, got, want)
+	f.Fuzz(func(t *testing.T, b []byte) { bothScanners(func() { checkValid(t, b) }) })
+}
+
+func checkValid(t *testing.T, b []byte) {
+	got, want := Valid(b), json.Valid(b)
+	if got != want {
+		t.Fatalf("Valid(%q) = %v, encoding/json says %v (blocks %v)", b, got, want, blockStrings)
+	}
+	if !got {
+		return
+	}
+	// The tag hint may say "maybe" too often, never too rarely.
+	v := NewChecker(b)
+	v.Value(SkipSpace(b, 0), 0)
+	if !v.TagHint() && decodesToTag(t, b) {
+		t.Fatalf("TagHint false for %q, which holds a tag", b)
+	}
+	// Walking a valid document reaches its end and agrees on strings.
+	i := SkipSpace(b, 0)
+	if end := SkipValue(b, i); SkipSpace(b, end) != len(b) {
+		t.Fatalf("SkipValue stopped at %d of %d", end, len(b))
+	}
+	if b[i] == '"' {
+		s, ok := Unquote(b[i:SkipValue(b, i)])
+		var want string
+		// encoding/json turns invalid UTF-8 into U+FFFD; Unquote keeps the bytes.
+		if err := json.Unmarshal(b, &want); err != nil || !ok || (utf8.Valid(b) && s != want) {
+			t.Fatalf("Unquote = %q,%v; encoding/json = %q,%v", s, ok, want, err)
 		}
-		if !got {
-			return
+		q := AppendQuote(nil, s)
+		var back string
+		if s2, ok := Unquote(q); !ok || s2 != s || !json.Valid(q) {
+			t.Fatalf("AppendQuote(%q) = %s does not round-trip", s, q)
 		}
-		// The tag hint may say "maybe" too often, never too rarely.
-		v := NewChecker(b)
-		v.Value(SkipSpace(b, 0), 0)
-		if !v.TagHint() && decodesToTag(t, b) {
-			t.Fatalf("TagHint false for %q, which holds a tag", b)
+		if err := json.Unmarshal(q, &back); err != nil || (utf8.ValidString(s) && back != s) {
+			t.Fatalf("AppendQuote(%q) = %s does not round-trip", s, q)
 		}
-		// Walking a valid document reaches its end and agrees on strings.
-		i := SkipSpace(b, 0)
-		if end := SkipValue(b, i); SkipSpace(b, end) != len(b) {
-			t.Fatalf("SkipValue stopped at %d of %d", end, len(b))
+	}
+	if b[i] == '{' {
+		n := 0
+		if Members(b, i, func(key []byte, vs, ve int) bool { n++; return true }) < 0 {
+			t.Fatal("Members failed on a valid object")
 		}
-		if b[i] == '"' {
-			s, ok := Unquote(b[i:SkipValue(b, i)])
-			var want string
-			// encoding/json turns invalid UTF-8 into U+FFFD; Unquote keeps the bytes.
-			if err := json.Unmarshal(b, &want); err != nil || !ok || (utf8.Valid(b) && s != want) {
-				t.Fatalf("Unquote = %q,%v; encoding/json = %q,%v", s, ok, want, err)
-			}
-			q := AppendQuote(nil, s)
-			var back string
-			if s2, ok := Unquote(q); !ok || s2 != s || !json.Valid(q) {
-				t.Fatalf("AppendQuote(%q) = %s does not round-trip", s, q)
-			}
-			if err := json.Unmarshal(q, &back); err != nil || (utf8.ValidString(s) && back != s) {
-				t.Fatalf("AppendQuote(%q) = %s does not round-trip", s, q)
-			}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err == nil && len(m) > n {
+			t.Fatalf("Members saw %d members, encoding/json %d", n, len(m))
 		}
-		if b[i] == '{' {
-			n := 0
-			if Members(b, i, func(key []byte, vs, ve int) bool { n++; return true }) < 0 {
-				t.Fatal("Members failed on a valid object")
-			}
-			var m map[string]json.RawMessage
-			if err := json.Unmarshal(b, &m); err == nil && len(m) > n {
-				t.Fatalf("Members saw %d members, encoding/json %d", n, len(m))
-			}
+	}
+	if b[i] == '[' {
+		n := 0
+		if Elements(b, i, func(vs, ve int) bool { n++; return true }) < 0 {
+			t.Fatal("Elements failed on a valid array")
 		}
-		if b[i] == '[' {
-			n := 0
-			if Elements(b, i, func(vs, ve int) bool { n++; return true }) < 0 {
-				t.Fatal("Elements failed on a valid array")
-			}
-			var a []json.RawMessage
-			if err := json.Unmarshal(b, &a); err != nil || len(a) != n {
-				t.Fatalf("Elements saw %d, encoding/json %d (%v)", n, len(a), err)
-			}
+		var a []json.RawMessage
+		if err := json.Unmarshal(b, &a); err != nil || len(a) != n {
+			t.Fatalf("Elements saw %d, encoding/json %d (%v)", n, len(a), err)
 		}
-	})
+	}
 }
 
 func TestMembersAndMember(t *testing.T) {
@@ -192,5 +209,19 @@ func TestMayContain(t *testing.T) {
 	if !MayContain([]byte(`"a <** b"`), "<**") || MayContain([]byte(`"a \n b"`), "<**") ||
 		!MayContain([]byte(`"a \u003c** b"`), "<**") {
 		t.Error("MayContain wrong")
+	}
+}
+
+func TestKeyIs(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{`role`, true}, {`r\u006fle`, true}, {`\u0072\u006f\u006c\u0065`, true}, {`rol`, false}, {`roles`, false},
+		{`rolex`, false}, {`r\u006flex`, false}, {`r\u006f`, false}, {`\u0072ol`, false}, {``, false},
+	} {
+		if got := KeyIs([]byte(c.key), "role"); got != c.want {
+			t.Errorf("KeyIs(%s, role) = %v", c.key, got)
+		}
 	}
 }
