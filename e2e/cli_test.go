@@ -152,12 +152,19 @@ func newDemo(t testing.TB) *demo { return newDemoWith(t, "") }
 // members, e.g. `"allowOnHeadersStopIteration":true`).
 func newDemoWith(t testing.TB, pluginFields string) *demo {
 	t.Helper()
+	return newDemoWasm(t, pluginFields, "")
+}
+
+// newDemoWasm is newDemoWith running wasmFile instead of chime.wasm ("" =
+// chime.wasm).
+func newDemoWasm(t testing.TB, pluginFields, wasmFile string) *demo {
+	t.Helper()
 	d := &demo{hostPort: freePort(t), mockPort: freePort(t), dataDir: t.TempDir()}
 	listen, admin := freePort(t), freePort(t)
 	if pluginFields != "" {
 		pluginFields = "," + pluginFields
 	}
-	cfg := rewriteConfig(t, stackConfig{upstreamPort: d.mockPort, hostPort: d.hostPort,
+	cfg := rewriteConfig(t, stackConfig{upstreamPort: d.mockPort, hostPort: d.hostPort, wasmFile: wasmFile,
 		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `"` + pluginFields + `}`}, listen, admin)
 	d.config = filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(d.config, cfg, 0o644); err != nil {

@@ -25,13 +25,15 @@ import (
 // warm ≤ 0.5 s on 2 cores).
 //
 // CHIME_UP_BASELINE names another chime binary (for example one built
-// from an older commit): its rounds interleave with this build's, so both
-// columns come from one run on the same machine load, and the ratio is
-// printed.
+// from an older commit) and CHIME_UP_BASELINE_WASM, optionally, the
+// chime.wasm it runs (default: this build's): its rounds interleave with
+// this build's, so both columns come from one run on the same machine
+// load, and the ratio is printed.
 func BenchmarkUpReady(b *testing.B) {
-	bins := []struct{ name, path string }{{"this build", chimeBin(b)}}
+	type build struct{ name, path, wasm string }
+	bins := []build{{"this build", chimeBin(b), ""}}
 	if base := os.Getenv("CHIME_UP_BASELINE"); base != "" {
-		bins = append(bins, struct{ name, path string }{"baseline", base})
+		bins = append(bins, build{"baseline", base, os.Getenv("CHIME_UP_BASELINE_WASM")})
 	}
 	const rounds = 3
 	// Wall time to the first 200, and the CPU time chime spent until then
@@ -42,19 +44,26 @@ func BenchmarkUpReady(b *testing.B) {
 		for r := 0; r < rounds; r++ {
 			for _, bin := range bins {
 				cache := b.TempDir()
-				wall, cpu := upFirstAnswer(b, bin.path, cache)
+				wall, cpu := upFirstAnswer(b, bin.path, bin.wasm, cache)
 				cold[bin.name], coldCPU[bin.name] = append(cold[bin.name], wall), append(coldCPU[bin.name], cpu)
-				wall, cpu = upFirstAnswer(b, bin.path, cache)
+				wall, cpu = upFirstAnswer(b, bin.path, bin.wasm, cache)
 				warm[bin.name], warmCPU[bin.name] = append(warm[bin.name], wall), append(warmCPU[bin.name], cpu)
 			}
 		}
 	}
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%-11s %12s %12s %12s %12s\n", "chime up", "cold", "cold CPU", "warm", "warm CPU")
+	fmt.Fprintf(&out, "\n%-11s %12s %12s %12s %12s %12s\n", "chime up", "cold", "cold CPU", "warm", "warm CPU", "module")
 	for _, bin := range bins {
-		n := bin.name
-		fmt.Fprintf(&out, "%-11s %12s %12s %12s %12s\n", n, ms(median(cold[n])), ms(median(coldCPU[n])), ms(median(warm[n])), ms(median(warmCPU[n])))
+		n, wasm := bin.name, bin.wasm
+		if wasm == "" {
+			wasm = chimeWasm(b)
+		}
+		size := "-"
+		if fi, err := os.Stat(wasm); err == nil {
+			size = fmt.Sprintf("%.2f MB", float64(fi.Size())/1e6)
+		}
+		fmt.Fprintf(&out, "%-11s %12s %12s %12s %12s %12s\n", n, ms(median(cold[n])), ms(median(coldCPU[n])), ms(median(warm[n])), ms(median(warmCPU[n])), size)
 	}
 	fmt.Fprintf(&out, "%-11s %12s %12s %12s %12s\n", "goal", "≤ 1.5s", "", "≤ 0.5s", "")
 	if len(bins) == 2 {
@@ -78,18 +87,18 @@ func BenchmarkUpReady(b *testing.B) {
 // every worker's VM is built and while the host may still be opening its
 // store.
 func TestUpFirstRequestThroughHost(t *testing.T) {
-	_, _ = upFirstAnswer(t, chimeBin(t), filepath.Join(os.TempDir(), "chime-e2e-cache"))
+	_, _ = upFirstAnswer(t, chimeBin(t), "", filepath.Join(os.TempDir(), "chime-e2e-cache"))
 }
 
-// upFirstAnswer starts `bin up` on a fresh stack with the given cache
-// directory and returns the time until a chat request through the proxy
+// upFirstAnswer starts `bin up` on a fresh stack running wasm ("" =
+// chime.wasm) with the given cache directory and returns the time until a chat request through the proxy
 // is answered 200, and the CPU time chime used until then (0 where
 // /proc does not tell). It fails tb unless that request reached the provider
 // with the time tag and the clock tool the filter adds from the host's
 // answer.
-func upFirstAnswer(tb testing.TB, bin, cacheDir string) (time.Duration, time.Duration) {
+func upFirstAnswer(tb testing.TB, bin, wasm, cacheDir string) (time.Duration, time.Duration) {
 	tb.Helper()
-	d := newDemo(tb)
+	d := newDemoWasm(tb, "", wasm)
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, "up", "-c", d.config,
 		"--host-addr", d.hostURL[len("http://"):], "--mock-addr", d.mockURL[len("http://"):], "--cache-dir", cacheDir)
