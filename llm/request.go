@@ -78,10 +78,10 @@ type message struct {
 // edit replaces body[start:end] with pre+repl. When tail > 0, repl ends
 // with tail bytes that close an array new items may be added to.
 type edit struct {
-	start, end  int
-	pre         string
-	repl        []byte
-	tail        int
+	start, end int
+	pre        string
+	repl       []byte
+	tail       int
 	// more follows repl: the parts of a tools array chime builds, so
 	// schemas of a few KB are not copied into a fresh array per request.
 	more        [][]byte

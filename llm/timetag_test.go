@@ -141,9 +141,9 @@ func FuzzFormatTimeTag(f *testing.F) {
 func FuzzAppendStamp(f *testing.F) {
 	f.Add(int64(1770067358241), "America/Los_Angeles")
 	f.Add(int64(0), "UTC")
-	f.Add(int64(-62135596800001), "Asia/Kathmandu") // a year before 1
+	f.Add(int64(-62135596800001), "Asia/Kathmandu")  // a year before 1
 	f.Add(int64(253402300800000), "Pacific/Chatham") // year 10000
-	f.Add(int64(-2208988800000), "Europe/Amsterdam")  // 1900: odd historic offsets
+	f.Add(int64(-2208988800000), "Europe/Amsterdam") // 1900: odd historic offsets
 	f.Fuzz(func(t *testing.T, ms int64, zone string) {
 		loc, err := LoadTimezone(zone)
 		if err != nil {

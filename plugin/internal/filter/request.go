@@ -227,7 +227,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.streaming = req.Stream()
 	h.sessionID = req.SessionID(llm.HeaderFunc(h.sessionHeader))
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
-	now := h.plugin.now() // one clock read for the request (two WASI calls in the guest)
+	now := h.plugin.now()                            // one clock read for the request (two WASI calls in the guest)
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.requestID,
 		Protocol:   h.protocol.String(),
