@@ -93,9 +93,17 @@ faults: wasm
 # clients: continuations run, failed open, p99) and BenchmarkUpReady
 # (`chime up` to its first 200 with a cold and a warm wasm cache; set
 # CHIME_UP_BASELINE to another chime binary for a side-by-side column).
+# make bench BEFORE=<git revision> also measures that revision's filter,
+# binary and 1 MB edit guest in the same rounds ("before" rows and
+# columns: CHIME_WASM_BEFORE, CHIME_UP_BASELINE, BENCHWORK_GUEST_BEFORE).
+BEFORE ?=
+BEFORE_DIR ?= $(CURDIR)/bin/before
+BEFORE_ENV = $(if $(BEFORE),CHIME_WASM_BEFORE=$(BEFORE_DIR)/chime.wasm CHIME_UP_BASELINE=$(BEFORE_DIR)/chime CHIME_UP_BASELINE_WASM=$(BEFORE_DIR)/chime.wasm BENCHWORK_GUEST_BEFORE=$(BEFORE_DIR)/benchwork-guest.wasm)
+
 bench: wasm
-	CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/
-	$(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
+	@if [ -n "$(BEFORE)" ]; then sh scripts/bench-before.sh "$(BEFORE)" "$(BEFORE_DIR)"; fi
+	$(BEFORE_ENV) CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./e2e/
+	$(BEFORE_ENV) $(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
 	$(GO) test -run '^$$' -bench Prepare10kSessions -benchtime 2000x ./host/
 	$(GO) test -run '^$$' -bench AbuseDirectives -benchtime 5000x -timeout 30m ./host/
 	$(GO) test -run '^$$' -bench PrepareConcurrentStopMessage -benchtime 3x ./host/
