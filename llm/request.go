@@ -365,6 +365,9 @@ func (r *Request) AppendBytes(dst []byte) []byte {
 // order returns the edits' indexes in the order they apply.
 func (r *Request) order() []int {
 	order := r.orderBuf[:0]
+	if cap(order) < len(r.edits) {
+		order = make([]int, 0, max(len(r.edits), 4))
+	}
 	for i := range r.edits {
 		order = append(order, i)
 	}
@@ -390,6 +393,9 @@ func b2i(b bool) int {
 }
 
 func (r *Request) addEdit(e edit) int {
+	if r.edits == nil {
+		r.edits = make([]edit, 0, 4) // a request's usual edits, in one allocation
+	}
 	r.edits = append(r.edits, e)
 	r.dirty = true
 	return len(r.edits) - 1

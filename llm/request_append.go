@@ -31,8 +31,9 @@ func (r *Request) AppendUserText(text string) error {
 	}
 	switch r.proto {
 	case Chat:
-		msg := append([]byte(`{"role":"user","content":`), reqscan.AppendQuote(nil, text)...)
-		msg = append(msg, '}')
+		const head = `{"role":"user","content":`
+		msg := append(make([]byte, 0, len(head)+len(text)+16), head...) // one allocation, usually
+		msg = append(reqscan.AppendQuote(msg, text), '}')
 		r.insertAt(r.listInsert, r.listEmpty, msg, 0)
 		return nil
 	case Responses:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/chimehq/chime/llm/internal/reqscan"
@@ -153,6 +154,12 @@ func (r *Request) InjectRendered(tools ...RenderedTool) error {
 		if t.proto != r.proto || t.body == nil {
 			return fmt.Errorf("%w: tool %q rendered for %v, not %v", ErrToolSpec, t.name, t.proto, r.proto)
 		}
+	}
+	if r.injected == nil {
+		r.injected = make([]injectedTool, 0, len(tools))
+	}
+	if !r.tools.ok() || r.body[r.tools.s] == 'n' {
+		r.toolList = slices.Grow(r.toolList, len(tools))
 	}
 	rebuild := false
 	for _, t := range tools {

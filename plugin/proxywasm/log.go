@@ -19,6 +19,14 @@ func logf(level abi.LogLevel, format string, args []any) {
 	_ = hostcall.Log(level, fmt.Sprintf(format, args...))
 }
 
+// LogDebugEnabled reports whether the host keeps debug messages. A hot
+// path asks it before LogDebugf: the arguments of a variadic call are
+// boxed (allocated) even when the message is then dropped.
+func LogDebugEnabled() bool {
+	min, err := hostcall.GetLogLevel()
+	return err != nil || min <= abi.LogLevelDebug
+}
+
 // LogDebugf formats and logs at debug level through the host (proxy_log).
 func LogDebugf(format string, args ...any) { logf(abi.LogLevelDebug, format, args) }
 

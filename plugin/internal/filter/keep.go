@@ -78,7 +78,7 @@ func (p *pluginContext) dropDirectives(requestID string, ds []hostapi.HostDirect
 		requestID, len(ds), why, strings.Join(kinds, ", "))
 }
 
-func keptKey(sid string) string { return keptKeyPrefix + sid }
+func keptKey(sid string) string { return sessionKey(keyKept, sid) }
 
 // loadKept reads a session's kept directives and the CAS token to replace
 // them with.

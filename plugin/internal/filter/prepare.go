@@ -220,8 +220,11 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 // the plugin configuration allows, and remembers their names: only their
 // calls are withheld from the client.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
-	specs := make([]llm.RenderedTool, 0, len(names))
-	injected := make([]string, 0, len(names))
+	// On the stack for the usual few tools; injected is copied only when
+	// it is not the shared list.
+	var specsBuf [16]llm.RenderedTool
+	var injectedBuf [16]string
+	specs, injected := specsBuf[:0], injectedBuf[:0]
 	for _, name := range names {
 		spec, ok := renderedTools[h.protocol][name]
 		switch {
@@ -246,7 +249,11 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 		}
 	}
 	slices.Sort(injected)
-	h.serverTools = injected
+	if slices.Equal(injected, h.plugin.injectableAll) {
+		h.serverTools = h.plugin.injectableAll // shared, never written: the common case
+		return
+	}
+	h.serverTools = slices.Clone(injected)
 }
 
 func (h *httpContext) resume() {

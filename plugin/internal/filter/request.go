@@ -169,7 +169,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	// reservation and resolve key would let one session roll back or
 	// cancel another's (docs/failures.md).
 	h.requestID = newRequestID()
-	if clientID != "" {
+	if clientID != "" && proxywasm.LogDebugEnabled() {
 		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, clientID)
 	}
 	h.timezone = strings.TrimSpace(h.timezone)
@@ -225,7 +225,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.serverTools = h.plugin.injectable(req)
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
-	h.sessionID = req.SessionID(llm.HeaderFunc(h.sessionHeader))
+	h.sessionID = req.SessionID((*sessionHeaderList)(&h.sessionHeaders))
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	now := h.plugin.now()                            // one clock read for the request (two WASI calls in the guest)
 	prep := hostapi.PrepareRequest{
@@ -353,7 +353,15 @@ func followupHeaders(headers [][2]string) map[string]string {
 
 // sessionHeader is the value of the session header name, or "".
 func (h *httpContext) sessionHeader(name string) string {
-	for _, kv := range h.sessionHeaders {
+	return (*sessionHeaderList)(&h.sessionHeaders).Get(name)
+}
+
+// sessionHeaderList is an llm.HeaderGetter over the session headers; a
+// pointer to it converts to the interface without an allocation.
+type sessionHeaderList [][2]string
+
+func (l *sessionHeaderList) Get(name string) string {
+	for _, kv := range *l {
 		if kv[0] == name {
 			return kv[1]
 		}

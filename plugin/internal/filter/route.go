@@ -34,7 +34,7 @@ func cachedRoute(sid string) string {
 	if sid == "" {
 		return ""
 	}
-	v, _, err := proxywasm.GetSharedData(routeKeyPrefix + sid)
+	v, _, err := proxywasm.GetSharedData(sessionKey(keyRoute, sid))
 	if err != nil {
 		if !errors.Is(err, proxywasm.ErrNotFound) {
 			proxywasm.LogDebugf("chime: read cached route: %v", err)
@@ -50,7 +50,7 @@ func cacheRoute(sid, route string) {
 	if sid == "" {
 		return
 	}
-	old, cas, err := proxywasm.GetSharedData(routeKeyPrefix + sid)
+	old, cas, err := proxywasm.GetSharedData(sessionKey(keyRoute, sid))
 	if err == nil && string(old) == route {
 		return
 	}
@@ -58,7 +58,7 @@ func cacheRoute(sid, route string) {
 		proxywasm.LogDebugf("chime: read cached route: %v", err)
 		return
 	}
-	if err := proxywasm.SetSharedData(routeKeyPrefix+sid, []byte(route), cas); err != nil {
+	if err := proxywasm.SetSharedData(sessionKey(keyRoute, sid), []byte(route), cas); err != nil {
 		proxywasm.LogDebugf("chime: cache route for %s: %v", sid, err) // another VM wrote first
 	}
 }

@@ -123,7 +123,36 @@ func quietKey(sid string) string {
 	case len(sid) > maxQuietSessionLen:
 		return ""
 	}
-	return quietKeyPrefix + sid
+	return sessionKey(keyQuiet, sid)
+}
+
+// The shared-data keys of a session, by kind.
+const (
+	keyQuiet = iota
+	keyKept
+	keyRoute
+)
+
+// keyCache memoizes the shared-data keys of recent sessions: each is a
+// prefix and the session id, a concatenation (an allocation in the
+// guest) that would otherwise run three times per request. The guest is
+// single-threaded; the map is this VM's.
+var keyCache = map[string]*[3]string{}
+
+const maxKeyCache = 1024
+
+// sessionKey is the shared-data key of kind for session sid (not empty).
+func sessionKey(kind int, sid string) string {
+	k, ok := keyCache[sid]
+	if !ok {
+		if len(keyCache) >= maxKeyCache {
+			clear(keyCache)
+		}
+		sid = strings.Clone(sid) // not a view into a header or body buffer
+		k = &[3]string{quietKeyPrefix + sid, keptKeyPrefix + sid, routeKeyPrefix + sid}
+		keyCache[sid] = k
+	}
+	return k[kind]
 }
 
 // loadQuiet reads a session's entry and its CAS token.
