@@ -156,12 +156,16 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	// The body may change, so its length must not be pinned (docs/architecture.md).
 	// The response must arrive uncompressed for the response path to read
 	// it; a compressor filter downstream may still compress it for the client.
-	for _, name := range []string{"content-length", "accept-encoding"} {
-		if (name == "content-length" && !hasLength) || (name == "accept-encoding" && !hasEncoding) {
-			continue // absent: no host call
+	// Only those present: a removal is a host call.
+	for _, rm := range [...]struct {
+		name    string
+		present bool
+	}{{"content-length", hasLength}, {"accept-encoding", hasEncoding}} {
+		if !rm.present {
+			continue
 		}
-		if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
-			proxywasm.LogDebugf("chime: remove %s: %v", name, err)
+		if err := proxywasm.RemoveHttpRequestHeader(rm.name); err != nil {
+			proxywasm.LogDebugf("chime: remove %s: %v", rm.name, err)
 		}
 	}
 	h.requestHeaders = headers // followupHeaders runs only if a resolve needs it
