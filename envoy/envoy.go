@@ -51,6 +51,10 @@ type Options struct {
 	WASIProfile string
 	// CacheDir holds compiled wasm modules across runs ("" = no cache).
 	CacheDir string
+	// InterpretWhileCompiling serves with interpreted VMs while a module
+	// missing from the cache compiles, then moves to compiled ones
+	// (docs/local-runtime.md#start). False: Start compiles first.
+	InterpretWhileCompiling bool
 	// Workers is the number of worker VMs per filter (Envoy's
 	// --concurrency). Default: GOMAXPROCS.
 	Workers int
@@ -171,7 +175,8 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		// Filters with one vm_id, code and VM configuration share VMs.
 		VMScope: &httpfilter.VMScope{},
 		// One VM is enough to serve; the other workers' follow at once.
-		BackgroundWorkers: true,
+		BackgroundWorkers:       true,
+		InterpretWhileCompiling: opt.InterpretWhileCompiling,
 	}
 	filters := map[string][]httpfilter.Factory{}
 	for _, l := range cfg.Listeners {

@@ -20,6 +20,7 @@ type proxyFlags struct {
 	config      string
 	wasiProfile string
 	cacheDir    string
+	interpret   bool
 	concurrency int
 	upstream    string // set by `chime up --upstream`
 	token       string // set by `chime up`: the host token for the chime filter
@@ -32,17 +33,19 @@ func (f *proxyFlags) register(cmd *cobra.Command, configFlag string) {
 	cmd.Flags().StringVarP(&f.config, configFlag, "c", "envoy.yaml", "Envoy bootstrap config (the same file Envoy runs)")
 	cmd.Flags().StringVar(&f.wasiProfile, "wasi-profile", "envoy-1.38", "WASI profile: envoy-1.38 (poll_oneoff answers ENOSYS), envoy-1.39 (full WASI set) or envoy-latest (alias of envoy-1.39)")
 	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "on-disk wasm compilation cache (empty disables)")
+	cmd.Flags().BoolVar(&f.interpret, "interpret-while-compiling", true, "serve from wasm's interpreter while a module missing from the cache compiles, then switch to the compiled one")
 	cmd.Flags().IntVar(&f.concurrency, "concurrency", runtime.GOMAXPROCS(0), "worker count; one wasm VM per worker, like Envoy's --concurrency")
 }
 
 func (f *proxyFlags) start(ctx context.Context) (*envoy.Server, error) {
 	return envoy.Start(ctx, envoy.Options{
-		ConfigPath:       f.config,
-		WASIProfile:      f.wasiProfile,
-		CacheDir:         f.cacheDir,
-		Workers:          f.concurrency,
-		Logger:           newLogger(),
-		UpstreamOverride: f.upstream,
+		ConfigPath:              f.config,
+		WASIProfile:             f.wasiProfile,
+		CacheDir:                f.cacheDir,
+		InterpretWhileCompiling: f.interpret,
+		Workers:                 f.concurrency,
+		Logger:                  newLogger(),
+		UpstreamOverride:        f.upstream,
 		PluginConfiguration: func(rootID string, config []byte) ([]byte, error) {
 			if f.token == "" || !isChimeFilter(rootID, config) {
 				return config, nil

@@ -288,6 +288,12 @@ type Env struct {
 	// worker whose VM is still being built waits for it. False: every
 	// worker's VM is built before the factory returns.
 	BackgroundWorkers bool
+	// InterpretWhileCompiling starts a module that is not in the
+	// compilation cache (CacheDir, or compiled earlier by this process) in
+	// the interpreter and compiles it in the background, then moves every
+	// worker to a compiled VM: a cold start then waits for the
+	// interpreter, not the compiler. False: the factory compiles first.
+	InterpretWhileCompiling bool
 }
 
 // VMScope is the identity within which wasm VMs are shared (one runtime).

@@ -96,7 +96,7 @@ func (vm *vmInstance) instantiateHost(ctx context.Context) error {
 	for modName, fns := range mods {
 		// Instance names are unique within the group's runtime; the guest
 		// finds its VM's instances through the import resolver (newVM).
-		b := vm.g.rt.NewHostModuleBuilder(fmt.Sprintf("%s#%d", modName, vm.g.hostSeq.Add(1)))
+		b := vm.eng.rt.NewHostModuleBuilder(fmt.Sprintf("%s#%d", modName, vm.eng.hostSeq.Add(1)))
 		for _, h := range fns {
 			h, qualified := h, modName+"."+h.sig.Name
 			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {

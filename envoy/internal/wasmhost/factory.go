@@ -47,6 +47,12 @@ const (
 	ProfileEnvoyLatest = "envoy-latest"
 )
 
+// memoryLimitPages is 1 GiB, proxy-wasm-cpp-host's
+// PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES. Guest memory is mapped, not
+// sliced (withGuestMemory): otherwise every memory.grow copies the whole
+// linear memory, which showed as 30 ms stalls on 1 MB bodies.
+const memoryLimitPages = 16384
+
 // reloadBackoff bounds how often a crashed worker VM is re-created, so a
 // module that traps while starting cannot turn every request into a fresh
 // instantiation (the spec's crash-loop advice).
@@ -103,9 +109,12 @@ type vmGroup struct {
 	code    []byte
 	abi     abi.Version
 	profile string
-	rtCfg   wazero.RuntimeConfig
 	logger  *slog.Logger
 	envVars []string // "K=V", sorted
+	// compiledCfg is the runtime configuration of compiled engines; digest
+	// is the module's SHA-256, set when tiering is enabled (tier.go).
+	compiledCfg wazero.RuntimeConfig
+	digest      [32]byte
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,12 +129,13 @@ type vmGroup struct {
 	plugins   []*Factory
 
 	slots    []*workerSlot
-	building sync.WaitGroup // background builds of worker VMs
-	// rt holds the compiled module cm and every VM of the group: each VM
-	// is an anonymous instance of cm with host modules of its own.
-	rt      wazero.Runtime
-	cm      wazero.CompiledModule
-	hostSeq atomic.Int64 // numbers the VMs' host modules
+	building sync.WaitGroup // background builds of worker VMs and the tier-up
+	// eng is the engine new VMs are instances of: the compiled module, or
+	// at first the interpreted one while it compiles (tier.go).
+	eng atomic.Pointer[engine]
+	// engines holds every engine the group made, closed with the group.
+	enginesMu sync.Mutex
+	engines   []*engine
 
 	instantiations atomic.Int64 // VM instances created, for tests and stats
 }
@@ -258,21 +268,22 @@ func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profi
 		return nil, err
 	}
 	g := &vmGroup{
-		key:     key,
-		refs:    1,
-		cfg:     cfg,
-		env:     env,
-		code:    code,
-		profile: profile,
-		logger:  logger.With("vm_id", cfg.VMID),
-		envVars: envVars,
-		// 1 GiB, proxy-wasm-cpp-host's PROXY_WASM_HOST_MAX_WASM_MEMORY_SIZE_BYTES.
-		// Guest memory is mapped, not sliced (withGuestMemory): otherwise every
-		// memory.grow copies the whole linear memory, which showed as 30 ms
-		// stalls on 1 MB bodies.
-		rtCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(16384),
+		key:         key,
+		refs:        1,
+		cfg:         cfg,
+		env:         env,
+		code:        code,
+		profile:     profile,
+		logger:      logger.With("vm_id", cfg.VMID),
+		envVars:     envVars,
+		compiledCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(memoryLimitPages),
 	}
-	if err := g.validate(); err != nil {
+	interpret := false
+	if env.InterpretWhileCompiling {
+		g.digest = sha256.Sum256(code)
+		interpret = !compiledBefore(env.CacheDir, g.digest)
+	}
+	if err := g.validate(interpret); err != nil {
 		return nil, err
 	}
 	// From here on close releases what validate kept.
@@ -309,6 +320,10 @@ func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profi
 			return nil, err
 		}
 		s.vm = vm
+	}
+	if interpret {
+		g.building.Add(1)
+		go g.tierUp()
 	}
 	if env.VMScope != nil {
 		groups.m[key] = g
@@ -396,12 +411,17 @@ func (g *vmGroup) livePlugins() []*Factory {
 	return append([]*Factory(nil), g.plugins...)
 }
 
-// validate compiles the module once (filling the compilation cache) and
-// checks what Envoy checks before instantiating: the ABI version marker and
-// that every import is one the host provides.
-func (g *vmGroup) validate() error {
+// validate compiles the module once (filling the compilation cache), or
+// prepares it for the interpreter, and checks what Envoy checks before
+// instantiating: the ABI version marker and that every import is one the
+// host provides.
+func (g *vmGroup) validate(interpret bool) error {
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, g.rtCfg)
+	cfg := g.compiledCfg
+	if interpret {
+		cfg = interpretedConfig()
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	cm, err := rt.CompileModule(compileContext(ctx), g.code)
 	if err != nil {
 		rt.Close(ctx)
@@ -411,10 +431,13 @@ func (g *vmGroup) validate() error {
 		rt.Close(ctx)
 		return err
 	}
+	if !interpret && g.env.InterpretWhileCompiling {
+		markCompiled(g.env.CacheDir, g.digest)
+	}
 	// Every VM of the group is an instance of this compiled module in this
 	// runtime: decoding and validating the module again per VM cost more
 	// than instantiating it.
-	g.rt, g.cm = rt, cm
+	g.setEngine(&engine{rt: rt, cm: cm, interpreted: interpret})
 	return nil
 }
 
@@ -507,6 +530,14 @@ func (s *workerSlot) get(g *vmGroup, worker int) *vmInstance {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	vm := s.pickLocked(g, worker)
+	if vm != nil {
+		vm.bound.Add(1) // released by stream.forget; a retired VM waits for it
+	}
+	return vm
+}
+
+func (s *workerSlot) pickLocked(g *vmGroup, worker int) *vmInstance {
 	if s.vm != nil && !s.vm.failed.Load() {
 		return s.vm
 	}
@@ -597,8 +628,12 @@ func (g *vmGroup) close() {
 			vm.close()
 		}
 	}
-	if g.rt != nil {
-		g.rt.Close(context.Background())
+	g.enginesMu.Lock()
+	engines := g.engines
+	g.engines = nil
+	g.enginesMu.Unlock()
+	for _, e := range engines {
+		e.rt.Close(context.Background())
 	}
 }
 

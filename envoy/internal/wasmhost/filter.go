@@ -20,6 +20,7 @@ type stream struct {
 
 	created   bool // proxy_on_context_create was called
 	completed bool
+	unbound   bool // forget released the VM's bound count
 	// stream_failed_ / failure_local_reply_sent_: the 503 went out once.
 	failedReplySent bool
 
@@ -382,6 +383,12 @@ func (s *stream) OnStreamComplete() {
 func (s *stream) forget() {
 	if s.vm != nil && s.created {
 		delete(s.vm.streams, s.id)
+	}
+	if s.vm != nil && !s.unbound {
+		s.unbound = true
+		if s.vm.bound.Add(-1) == 0 && s.vm.retired {
+			go s.vm.shutdownIfIdle() // it takes the lock held here
+		}
 	}
 	s.reqHeaders, s.reqTrailers, s.respHeaders, s.respTrailers = nil, nil, nil, nil
 	s.reqBody, s.respBody = nil, nil

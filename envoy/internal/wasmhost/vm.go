@@ -43,6 +43,7 @@ type rootContext struct {
 // functions run inside such a call and use the per-call state in cur.
 type vmInstance struct {
 	g      *vmGroup
+	eng    *engine // the compiled (or interpreted) module this VM instantiates
 	worker int
 	mod    api.Module
 	// host is the VM's own instance of each host module, by the name the
@@ -53,6 +54,11 @@ type vmInstance struct {
 	failed  atomic.Bool
 	failErr error // why it failed (set once, under mu)
 	closed  bool  // guarded by mu
+	// retired (guarded by mu): replaced in its slot (tier.go); it ends
+	// when bound, the streams handed this VM and not yet forgotten, is 0.
+	retired  bool
+	bound    atomic.Int64
+	released bool // guarded by mu or before the VM is shared
 
 	// Guest exports (nil when absent, as every callback is optional).
 	fnMalloc, fnContextCreate, fnVMStart, fnConfigure                        api.Function
@@ -94,6 +100,7 @@ func (g *vmGroup) newVM(worker int) (*vmInstance, error) {
 	ctx := g.ctx
 	vm := &vmInstance{
 		g:             g,
+		eng:           g.eng.Load(),
 		worker:        worker,
 		nextContextID: firstContextID,
 		streams:       map[uint32]*stream{},
@@ -104,13 +111,14 @@ func (g *vmGroup) newVM(worker int) (*vmInstance, error) {
 		nextGauge:     1,
 		nextHistogram: 2,
 	}
+	vm.eng.vms.Add(1) // until release
 	if err := vm.instantiateHost(ctx); err != nil {
 		vm.release()
 		return nil, err
 	}
 	// The guest's imports resolve to this VM's host modules.
 	ictx := experimental.WithImportResolver(withGuestMemory(ctx), func(name string) api.Module { return vm.host[name] })
-	mod, err := g.rt.InstantiateModule(ictx, g.cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := vm.eng.rt.InstantiateModule(ictx, vm.eng.cm, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		vm.release()
 		return nil, fmt.Errorf("wasm: instantiate: %w", err)
@@ -435,6 +443,14 @@ func (vm *vmInstance) close() {
 
 // release closes the guest instance and the VM's host modules.
 func (vm *vmInstance) release() {
+	if vm.released {
+		return
+	}
+	vm.released = true
+	defer func() {
+		vm.eng.vms.Add(-1)
+		vm.g.releaseEngine(vm.eng)
+	}()
 	ctx := context.Background()
 	if vm.mod != nil {
 		vm.mod.Close(ctx)
@@ -450,7 +466,7 @@ func (vm *vmInstance) release() {
 func (vm *vmInstance) setTick(r *rootContext, period time.Duration) {
 	r.f.logger.Debug("wasm: tick period set", "worker", vm.worker, "root_context_id", r.id, "period_ms", period.Milliseconds())
 	vm.stopTick(r)
-	if period <= 0 {
+	if period <= 0 || vm.retired {
 		return
 	}
 	stop := make(chan struct{})
