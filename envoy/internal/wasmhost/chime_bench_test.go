@@ -1,0 +1,168 @@
+package wasmhost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chimehq/chime/envoy/internal/httpfilter"
+	"github.com/chimehq/chime/hostapi"
+)
+
+// quietHost answers the chime filter's calls to cluster chime_host as a
+// host with nothing due would: every session quiet for an hour, the
+// generation steady (polls held for a while, as the host holds them).
+type quietHost struct {
+	mu       sync.Mutex
+	polls    int
+	prepares int
+}
+
+func (*quietHost) HasCluster(name string) bool { return name == "chime_host" }
+
+func (q *quietHost) Call(ctx context.Context, _ string, headers httpfilter.Headers, _ []byte, _ httpfilter.Headers, _ time.Duration) (*httpfilter.CallResponse, error) {
+	p, _ := headers.Get(":path")
+	path, _, _ := strings.Cut(p, "?")
+	var answer any
+	switch path {
+	case hostapi.PathPrepare:
+		q.mu.Lock()
+		q.prepares++
+		q.mu.Unlock()
+		answer = hostapi.PrepareResponse{Tools: append([]string{hostapi.ClockToolName}, hostapi.TimerToolNames()...),
+			Generation: 42, QuietMs: 3_600_000, NTP: hostapi.NTPInfo{Status: "ok"}}
+	case hostapi.PathState:
+		q.mu.Lock()
+		q.polls++
+		held := q.polls > 1
+		q.mu.Unlock()
+		if held { // the first answer at once, later ones after a hold
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		answer = hostapi.StateResponse{NowMs: time.Now().UnixMilli(), NTP: hostapi.NTPInfo{Status: "ok"}, Generation: 42}
+	default:
+		answer = map[string]any{}
+	}
+	body, err := json.Marshal(answer)
+	if err != nil {
+		return nil, err
+	}
+	return &httpfilter.CallResponse{Headers: httpfilter.Headers{{Key: ":status", Value: "200"}, {Key: "content-type", Value: "application/json"}}, Body: body}, nil
+}
+
+var chimeWasmOnce = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("CHIME_WASM"); p != "" {
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", "chime-wasm-bench")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "chime.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "../../../plugin")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building chime.wasm: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// chimeFilter starts chime.wasm (code) in this runtime against a quiet
+// host, and sends requests until they skip prepare.
+func chimeFilter(b *testing.B, code string) (*Factory, func() bool) {
+	b.Helper()
+	host := &quietHost{}
+	cfg, env, logs, _, _, _ := testConfig(b, `{"hostCluster":"chime_host","token":"tok"}`, func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
+		c.CodePath, c.VMID, c.RootID = code, "vm-"+code, "chime"
+		c.VMConfiguration = nil
+		e.Clusters = host
+	})
+	logs.min = 100 // record nothing
+	f, err := newFactory(cfg, env)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`)
+	respBody := []byte(`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	send := func() (skipped bool) {
+		fs := newFakeStream(nil, 0)
+		fs.req = httpfilter.Headers{{Key: ":method", Value: "POST"}, {Key: ":path", Value: "/v1/chat/completions"},
+			{Key: ":authority", Value: "api"}, {Key: "content-type", Value: "application/json"},
+			{Key: "content-length", Value: fmt.Sprint(len(body))}, {Key: "x-chime-session", Value: "s1"}}
+		flt, err := f.NewFilter(fs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		flt.DecodeHeaders(&fs.req, false)
+		skipped = flt.DecodeData(&httpfilter.Buffer{Bytes: append([]byte(nil), body...)}, true) == httpfilter.DataContinue
+		fs.resp = httpfilter.Headers{{Key: ":status", Value: "200"}, {Key: "content-type", Value: "application/json"}}
+		flt.EncodeHeaders(&fs.resp, false)
+		flt.EncodeData(&httpfilter.Buffer{Bytes: append([]byte(nil), respBody...)}, true)
+		flt.OnStreamComplete()
+		return skipped
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !send() {
+		if time.Now().After(deadline) {
+			b.Fatal("requests still wait for the host after 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // the prepare and poll answers arrive asynchronously
+	}
+	return f, send
+}
+
+// BenchmarkChimeFilter runs chime.wasm's request path in this runtime: a
+// 1 KB chat request of a quiet session (no prepare, the common case,
+// docs/architecture.md#skipping-prepare) and a JSON answer that needs no
+// continuation, every callback from proxy_on_context_create to
+// proxy_on_delete, no network. CHIME_WASM names the module (default: built
+// from ./plugin); CHIME_WASM_BEFORE an older one, measured in alternating
+// rounds and reported as a ratio.
+func BenchmarkChimeFilter(b *testing.B) {
+	code, err := chimeWasmOnce()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type mod struct {
+		name string
+		send func() bool
+		best time.Duration
+	}
+	_, send := chimeFilter(b, code)
+	mods := []*mod{{name: "this", send: send, best: time.Hour}}
+	if before := os.Getenv("CHIME_WASM_BEFORE"); before != "" {
+		_, send := chimeFilter(b, before)
+		mods = append(mods, &mod{name: "before", send: send, best: time.Hour})
+	}
+	const perRound = 200
+	for i := 0; i < b.N; i++ {
+		for round := 0; round < 15; round++ {
+			for _, m := range mods {
+				t0 := time.Now()
+				for range perRound {
+					if !m.send() {
+						b.Fatalf("%s: a request of a quiet session waited for the host", m.name)
+					}
+				}
+				m.best = min(m.best, time.Since(t0)/perRound)
+			}
+		}
+	}
+	b.ReportMetric(float64(mods[0].best.Nanoseconds())/1000, "best-µs/request")
+	if len(mods) == 2 {
+		b.ReportMetric(float64(mods[1].best.Nanoseconds())/1000, "best-before-µs/request")
+		b.ReportMetric(mods[0].best.Seconds()/mods[1].best.Seconds(), "this/before")
+	}
+}
