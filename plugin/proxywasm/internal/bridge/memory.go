@@ -8,8 +8,17 @@ import "unsafe"
 // address; without this table the GC (non-moving, but free to collect) could
 // reclaim the buffer before the guest reads it, e.g. when the host allocates
 // twice during one call.
+//
+// A hostcall hands back one or two buffers before the guest takes them, so
+// the table is a short list searched from its end: a map cost the guest a
+// hash, an insert and a delete per buffer.
 type Allocations struct {
-	live map[uintptr][]byte
+	live []liveBuffer
+}
+
+type liveBuffer struct {
+	addr uintptr
+	buf  []byte
 }
 
 // Alloc returns a buffer of size bytes (at least one, so it has an
@@ -20,10 +29,7 @@ func (a *Allocations) Alloc(size uint32) ([]byte, uintptr) {
 	buf := Spare(int(max(size, 1)))
 	buf = buf[:cap(buf)][:max(size, 1)]
 	addr := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	if a.live == nil {
-		a.live = make(map[uintptr][]byte)
-	}
-	a.live[addr] = buf
+	a.live = append(a.live, liveBuffer{addr, buf})
 	return buf, addr
 }
 
@@ -31,11 +37,18 @@ func (a *Allocations) Alloc(size uint32) ([]byte, uintptr) {
 // reports false when addr was not allocated here or is too small, so a
 // confused host cannot make the guest read arbitrary memory.
 func (a *Allocations) Take(addr uintptr, size uint32) ([]byte, bool) {
-	buf, ok := a.live[addr]
-	if !ok {
+	i := len(a.live) - 1
+	for i >= 0 && a.live[i].addr != addr {
+		i--
+	}
+	if i < 0 {
 		return nil, false
 	}
-	delete(a.live, addr)
+	buf := a.live[i].buf
+	last := len(a.live) - 1
+	a.live[i] = a.live[last]
+	a.live[last] = liveBuffer{}
+	a.live = a.live[:last]
 	if uint64(size) > uint64(len(buf)) {
 		return nil, false
 	}
@@ -44,7 +57,10 @@ func (a *Allocations) Take(addr uintptr, size uint32) ([]byte, bool) {
 
 // Reset drops buffers the host allocated but never returned. It is called
 // when a top-level callback starts, when none can be in flight.
-func (a *Allocations) Reset() { clear(a.live) }
+func (a *Allocations) Reset() {
+	clear(a.live)
+	a.live = a.live[:0]
+}
 
 // Len is the number of buffers kept alive.
 func (a *Allocations) Len() int { return len(a.live) }
