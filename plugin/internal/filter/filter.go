@@ -71,8 +71,10 @@ type pluginContext struct {
 	// injectableAll is cfg.injectable of a request without tools of
 	// their names: most requests' list, shared rather than built each time.
 	injectableAll []string
-	defaultZone   *time.Location
-	now           func() time.Time
+	// toolPlans is the last tool plan per protocol (injectTools).
+	toolPlans   [llm.Messages + 1]*toolPlan
+	defaultZone *time.Location
+	now         func() time.Time
 
 	// ntpOffsetMs is the host's last reported NTP offset (docs/time.md#ntp); the
 	// time tag uses it when the host cannot be asked.

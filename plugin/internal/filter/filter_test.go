@@ -417,6 +417,36 @@ func TestToolFamiliesSwitch(t *testing.T) {
 	}
 }
 
+// TestToolPlanPerRequest: one VM keeps the plan it made of the host's tool
+// list, yet each request is checked against its own tools: a client's own
+// "timer" hides the server's in that request only, and the plan shared by
+// the requests is not changed by it.
+func TestToolPlanPerRequest(t *testing.T) {
+	all := append([]string{"clock"}, hostapi.TimerToolNames()...)
+	plain := `{"messages":[{"role":"user","content":"q"}]}`
+	own := `{"messages":[{"role":"user","content":"q"}],"tools":[{"name":"timer","description":"mine","input_schema":{"type":"object"}}]}`
+	e := newEnv(t, "")
+	for i, tc := range []struct {
+		body string
+		want []string
+	}{
+		{plain, all},
+		{own, []string{"timer", "clock", "read_timer", "stop_timer", "cancel_timer", "pause_timer", "resume_timer"}},
+		{plain, all},
+		{own, []string{"timer", "clock", "read_timer", "stop_timer", "cancel_timer", "pause_timer", "resume_timer"}},
+	} {
+		id := e.send(llm.Messages, tc.body)
+		e.answer(hostapi.PrepareResponse{NTP: ntp(0), Tools: all})
+		body := e.forwarded(id)
+		if got := toolNames(llm.Messages, body); !slices.Equal(got, tc.want) {
+			t.Errorf("request %d: injected %q, want %q", i, got, tc.want)
+		}
+		if n := strings.Count(body, `"name":"timer"`); n != 1 {
+			t.Errorf("request %d: %d timer tools, want 1: %s", i, n, body)
+		}
+	}
+}
+
 // TestFailOpenStripsAndTagsWithLastOffset: the host answers once (offset
 // -12), then times out; the second request still loses its tags and gets
 // a time tag at the last known offset, and nothing else.

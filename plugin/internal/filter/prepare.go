@@ -220,27 +220,21 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 // the plugin configuration allows, and remembers their names: only their
 // calls are withheld from the client.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
-	// On the stack for the usual few tools; injected is copied only when
-	// it is not the shared list.
-	var specsBuf [16]llm.RenderedTool
-	var injectedBuf [16]string
-	specs, injected := specsBuf[:0], injectedBuf[:0]
-	for _, name := range names {
-		spec, ok := renderedTools[h.protocol][name]
-		switch {
-		case !ok:
-			proxywasm.LogDebugf("chime: request %s: host named unknown tool %q", h.requestID, name)
-			continue
-		case !slices.Contains(h.plugin.injectableAll, name): // cfg.ToolEnabled, precomputed
-			continue
-		case req.HasToolNamed(name):
-			// The client has a tool of that name: its calls are the
-			// client's, and its schema stays.
-			proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.requestID, name)
-			continue
+	plan := h.plugin.toolPlanFor(h.protocol, names)
+	specs, injected := plan.specs, plan.injected
+	if slices.ContainsFunc(plan.specs, func(t llm.RenderedTool) bool { return req.HasToolNamed(t.Name()) }) {
+		// The client has a tool of such a name: its calls are the
+		// client's, and its schema stays. Rare, so the lists are built.
+		specs, injected = nil, nil
+		for _, spec := range plan.specs {
+			if req.HasToolNamed(spec.Name()) {
+				proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.requestID, spec.Name())
+				continue
+			}
+			specs = append(specs, spec)
+			injected = append(injected, spec.Name())
 		}
-		specs = append(specs, spec)
-		injected = append(injected, name)
+		slices.Sort(injected)
 	}
 	if len(specs) > 0 {
 		if err := req.InjectRendered(specs...); err != nil {
@@ -248,12 +242,45 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 			return
 		}
 	}
-	slices.Sort(injected)
-	if slices.Equal(injected, h.plugin.injectableAll) {
-		h.serverTools = h.plugin.injectableAll // shared, never written: the common case
-		return
+	h.serverTools = injected // the plan's when nothing was hidden: shared, never written
+}
+
+// toolPlan is what a host's list of tool names comes to for one protocol:
+// the rendered tools that are known and enabled, in the host's order, and
+// their names sorted (h.serverTools). A session's requests get the same
+// list again and again, so the last plan per protocol is kept.
+type toolPlan struct {
+	names    []string
+	specs    []llm.RenderedTool
+	injected []string // never written: shared by the requests
+}
+
+func (p *pluginContext) toolPlanFor(proto llm.Protocol, names []string) *toolPlan {
+	if proto < 0 || int(proto) >= len(p.toolPlans) {
+		return &toolPlan{} // not a protocol a body is parsed as
 	}
-	h.serverTools = slices.Clone(injected)
+	if plan := p.toolPlans[proto]; plan != nil && slices.Equal(plan.names, names) {
+		return plan
+	}
+	plan := &toolPlan{names: slices.Clone(names)}
+	for _, name := range names {
+		spec, ok := renderedTools[proto][name]
+		switch {
+		case !ok:
+			proxywasm.LogDebugf("chime: host named unknown tool %q", name)
+			continue
+		case !slices.Contains(p.injectableAll, name): // cfg.ToolEnabled, precomputed
+			continue
+		}
+		plan.specs = append(plan.specs, spec)
+		plan.injected = append(plan.injected, name)
+	}
+	slices.Sort(plan.injected)
+	if slices.Equal(plan.injected, p.injectableAll) {
+		plan.injected = p.injectableAll
+	}
+	p.toolPlans[proto] = plan
+	return plan
 }
 
 func (h *httpContext) resume() {
