@@ -109,15 +109,15 @@ func Spare(n int) []byte {
 }
 
 // Buffers of smallMin up to reuseMin bytes (the bodies of most requests,
-// a few KB with the tool schemas the filter adds) are kept per
-// power-of-two class, up to maxSmalls each: every request reusing them
-// instead of allocating leaves the guest's GC far less to do.
+// a few KB with the tool schemas the filter adds, and header maps) are
+// kept per power-of-two class, up to maxSmalls each: every request reusing
+// them instead of allocating leaves the guest's GC far less to do.
 const (
-	smallMin  = 1 << 10
+	smallMin  = 256
 	maxSmalls = 16
 )
 
-var smalls [6][][]byte // 1, 2, 4, 8, 16, 32 KiB
+var smalls [8][][]byte // 256 and 512 bytes, 1, 2, 4, 8, 16, 32 KiB
 
 // smallClass is the class whose buffers hold n bytes, or -1 when n is
 // below smallMin or at least reuseMin.

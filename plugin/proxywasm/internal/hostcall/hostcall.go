@@ -92,6 +92,9 @@ func GetMap(t abi.MapType) ([][2]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSerializationFailure, err)
 	}
+	// The pairs are one copy of the text (abi.DecodePairs): the buffer is
+	// free again, for the next header map.
+	bridge.Recycle(buf)
 	return pairs, nil
 }
 
