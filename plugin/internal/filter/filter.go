@@ -72,7 +72,9 @@ type pluginContext struct {
 	// their names: most requests' list, shared rather than built each time.
 	injectableAll []string
 	// toolPlans is the last tool plan per protocol (injectTools).
-	toolPlans   [llm.Messages + 1]*toolPlan
+	toolPlans [llm.Messages + 1]*toolPlan
+	// needleCache is the last needles answer (response.go).
+	needleCache struct{ names, needles []string }
 	defaultZone *time.Location
 	now         func() time.Time
 

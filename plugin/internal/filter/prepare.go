@@ -222,7 +222,11 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
 	plan := h.plugin.toolPlanFor(h.protocol, names)
 	specs, injected := plan.specs, plan.injected
-	if slices.ContainsFunc(plan.specs, func(t llm.RenderedTool) bool { return req.HasToolNamed(t.Name()) }) {
+	// A plan holds only injectable tools; when the request's own tools
+	// hide none of those (h.serverTools is then the shared injectableAll),
+	// they hide none of the plan's either.
+	if !sameList(h.serverTools, h.plugin.injectableAll) &&
+		slices.ContainsFunc(plan.specs, func(t llm.RenderedTool) bool { return req.HasToolNamed(t.Name()) }) {
 		// The client has a tool of such a name: its calls are the
 		// client's, and its schema stays. Rare, so the lists are built.
 		specs, injected = nil, nil
@@ -243,6 +247,11 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 		}
 	}
 	h.serverTools = injected // the plan's when nothing was hidden: shared, never written
+}
+
+// sameList reports whether a and b are the same slice, not merely equal.
+func sameList(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // toolPlan is what a host's list of tool names comes to for one protocol:

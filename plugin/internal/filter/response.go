@@ -134,7 +134,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	if !ok {
 		return proxywasm.ActionContinue
 	}
-	if !h.mayContinue && !mayNameServerTool(body, h.serverTools) {
+	if !h.mayContinue && !mayNameServerTool(body, h.plugin.needles(h.serverTools)) {
 		// Nothing to resolve or withhold: the answer passes as is, so
 		// there is no need to parse it, unless it completes a template.
 		if h.wantTemplate {
@@ -161,9 +161,35 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	return proxywasm.ActionContinue
 }
 
+// needles is names without those that contain another of them: a body
+// that holds "read_timer" holds "timer", so searching for "timer" alone
+// finds both (seven server tools, two searches). The last answer is kept,
+// for the shared lists most requests have.
+func (p *pluginContext) needles(names []string) []string {
+	if c := &p.needleCache; sameList(c.names, names) && c.names != nil {
+		return c.needles
+	}
+	var out []string
+	for i, n := range names {
+		covered := false
+		for j, m := range names {
+			if j != i && strings.Contains(n, m) && (len(m) < len(n) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, n)
+		}
+	}
+	p.needleCache.names, p.needleCache.needles = names, out
+	return out
+}
+
 // mayNameServerTool reports whether a JSON body could hold a call to a
 // server tool: a tool name appears literally, or a \u escape could spell
-// one (no other JSON escape yields a letter).
+// one (no other JSON escape yields a letter). names may be needles of the
+// names (pluginContext.needles).
 func mayNameServerTool(body []byte, names []string) bool {
 	if len(names) == 0 {
 		return false

@@ -888,3 +888,27 @@ func TestMalformedStartEventOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestNeedlesFindWhatNamesFind: searching a body for the needles of a tool
+// list answers as searching for every name does, for bodies holding any
+// name, part of one, or none; the seven server tools need two searches.
+func TestNeedlesFindWhatNamesFind(t *testing.T) {
+	all := append([]string{hostapi.ClockToolName}, hostapi.TimerToolNames()...)
+	lists := [][]string{all, hostapi.TimerToolNames(), {"read_timer", "stop_timer"}, {"timer", "timer"}, {"ab", "b", "abc", "c"}, nil}
+	var p pluginContext
+	if got := p.needles(all); !slices.Equal(got, []string{"clock", "timer"}) {
+		t.Errorf("needles of the server tools = %q, want [clock timer]", got)
+	}
+	for _, names := range lists {
+		needles := p.needles(names)
+		var bodies []string
+		for _, n := range append(slices.Clone(names), "tim", "clo", "xyz", "stop_time", `\u0074imer`) {
+			bodies = append(bodies, `{"name":"`+n+`"}`, n, "")
+		}
+		for _, b := range bodies {
+			if got, want := mayNameServerTool([]byte(b), needles), mayNameServerTool([]byte(b), names); got != want {
+				t.Errorf("names %q, body %q: needles %q say %v, names say %v", names, b, needles, got, want)
+			}
+		}
+	}
+}
