@@ -34,7 +34,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	upstream.handler = discardRecording(upstream)
 	hostPort := startHostService(b)
 	local := backends()[0]
-	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
+	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `","allowOnHeadersStopIteration":true}`
 	with := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, pluginConfig: plugin})
 	without := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort, withoutWasm: true})
 	// CHIME_WASM_BEFORE names an older chime.wasm to measure in the same
@@ -46,7 +46,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// The same filter asking the host on every request: the "before" of
 	// skipping prepare (docs/architecture.md#skipping-prepare), side by side.
 	noSkip := startStack(b, local, stackConfig{upstreamPort: upstream.port(), hostPort: hostPort,
-		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `","skipPrepare":false}`})
+		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `","allowOnHeadersStopIteration":true,"skipPrepare":false}`})
 
 	type size struct {
 		name     string
@@ -226,7 +226,7 @@ func BenchmarkSSEFirstByte(b *testing.B) {
 	upPort := upstream.Listener.Addr().(*net.TCPAddr).Port
 	hostPort := startHostService(b)
 	local := backends()[0]
-	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `"}`
+	plugin := `{"hostCluster":"chime_host","token":"` + hostToken + `","allowOnHeadersStopIteration":true}`
 	with := startStack(b, local, stackConfig{upstreamPort: upPort, hostPort: hostPort, pluginConfig: plugin})
 	without := startStack(b, local, stackConfig{upstreamPort: upPort, hostPort: hostPort, withoutWasm: true})
 	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"stream please"}]}`)
