@@ -58,6 +58,12 @@ type Request struct {
 	toolsEdit  int // the edit holding a whole new tools array
 	toolList   []namedTool
 	injected   []injectedTool // a few at most: a slice costs less than a map
+	// clientTools are the name keys of the client's tools (clientTool),
+	// listed on the first lookup.
+	clientTools        []clientToolName
+	clientToolsIndexed bool
+	clientToolsEnd     int  // arrayEnd(tools): where a new tool goes
+	clientToolsEmpty   bool // and whether the array is empty
 }
 
 // span is a value's byte range [s, e) in the original body; s < 0 when absent.

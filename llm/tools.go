@@ -196,7 +196,10 @@ func (r *Request) injectOne(name string, body []byte) (rebuild bool) {
 		r.injected = append(r.injected, injectedTool{name, r.addEdit(edit{start: el.s, end: el.e, repl: body})})
 		return false
 	}
-	pos, empty := r.arrayEnd(r.tools)
+	if !r.clientToolsIndexed {
+		r.indexClientTools()
+	}
+	pos, empty := r.clientToolsEnd, r.clientToolsEmpty // arrayEnd(r.tools), found once
 	r.injected = append(r.injected, injectedTool{name, r.insertAt(pos, empty, body, 0)})
 	return false
 }
@@ -259,33 +262,56 @@ func (r *Request) HasToolNamed(name string) bool {
 	return r.clientTool(name).ok()
 }
 
-// clientTool returns the span of the client's tool named name, or noSpan.
+// clientTool returns the span of the client's tool named name, or noSpan:
+// the first element of the client's tools array with a name key (Chat:
+// also function.name or custom.name) equal to name.
 func (r *Request) clientTool(name string) span {
 	if !r.tools.ok() || r.body[r.tools.s] != '[' {
 		return noSpan
 	}
+	if !r.clientToolsIndexed {
+		r.indexClientTools()
+	}
+	for _, t := range r.clientTools {
+		if stringIs(r.body[t.name.s:t.name.e], name) {
+			return t.el
+		}
+	}
+	return noSpan
+}
+
+// clientToolName is one name key of an element of the client's tools
+// array: its raw JSON string and the element.
+type clientToolName struct{ name, el span }
+
+// indexClientTools lists the name keys of the client's tools once: a
+// coding agent sends dozens of tools in some tens of KB, and each lookup
+// walking them again cost the wasm guest a tenth of a millisecond.
+func (r *Request) indexClientTools() {
+	r.clientToolsIndexed = true
 	b := r.body
-	found := noSpan
+	r.clientToolsEnd, r.clientToolsEmpty = r.tools.s+1, true
 	reqscan.Elements(b, r.tools.s, func(vs, ve int) bool {
+		r.clientToolsEnd, r.clientToolsEmpty = ve, false
 		if b[vs] != '{' {
 			return true
 		}
+		el := span{vs, ve}
 		reqscan.Members(b, vs, func(key []byte, s, e int) bool {
 			switch {
 			case reqscan.KeyIs(key, "name"):
-				if stringIs(b[s:e], name) {
-					found = span{vs, ve}
+				if b[s] == '"' {
+					r.clientTools = append(r.clientTools, clientToolName{span{s, e}, el})
 				}
 			case r.proto == Chat && (reqscan.KeyIs(key, "function") || reqscan.KeyIs(key, "custom")):
 				if b[s] == '{' {
-					if ns, ne := reqscan.Member(b, s, "name"); ns >= 0 && stringIs(b[ns:ne], name) {
-						found = span{vs, ve}
+					if ns, ne := reqscan.Member(b, s, "name"); ns >= 0 && b[ns] == '"' {
+						r.clientTools = append(r.clientTools, clientToolName{span{ns, ne}, el})
 					}
 				}
 			}
 			return true
 		})
-		return !found.ok()
+		return true
 	})
-	return found
 }
