@@ -78,9 +78,47 @@ var chimeWasmOnce = sync.OnceValues(func() (string, error) {
 	return out, nil
 })
 
+// benchRequest is a request the benchmark sends: a path and a body.
+type benchRequest struct {
+	name, path string
+	body       []byte
+	respType   string
+	respBody   []byte
+}
+
+// messagesStream is a short Anthropic Messages stream answering in text.
+const messagesStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
+	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+// benchRequests are a 1 KB chat request and Claude Code's first request
+// of a session as captured (llm/testdata/clients): 24 tools of its own,
+// 18 KB, the shape most requests through chime have.
+func benchRequests(b *testing.B) []benchRequest {
+	raw, err := os.ReadFile("../../../llm/testdata/clients/claude-code-2.1.197-messages-turn1.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var captured struct {
+		Path string          `json:"path"`
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(raw, &captured); err != nil {
+		b.Fatal(err)
+	}
+	return []benchRequest{
+		{"chat-1KB", "/v1/chat/completions", []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`),
+			"application/json", []byte(`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)},
+		{"claude-code", captured.Path, captured.Body, "text/event-stream", []byte(messagesStream)},
+	}
+}
+
 // chimeFilter starts chime.wasm (code) in this runtime against a quiet
 // host, and sends requests until they skip prepare.
-func chimeFilter(b *testing.B, code string) (*Factory, func() bool) {
+func chimeFilter(b *testing.B, code string, req benchRequest) (*Factory, func() bool) {
 	b.Helper()
 	host := &quietHost{}
 	cfg, env, logs, _, _, _ := testConfig(b, `{"hostCluster":"chime_host","token":"tok"}`, func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
@@ -94,11 +132,10 @@ func chimeFilter(b *testing.B, code string) (*Factory, func() bool) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { f.Close() })
-	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`)
-	respBody := []byte(`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	body := req.body
 	send := func() (skipped bool) {
 		fs := newFakeStream(nil, 0)
-		fs.req = httpfilter.Headers{{Key: ":method", Value: "POST"}, {Key: ":path", Value: "/v1/chat/completions"},
+		fs.req = httpfilter.Headers{{Key: ":method", Value: "POST"}, {Key: ":path", Value: req.path},
 			{Key: ":authority", Value: "api"}, {Key: "content-type", Value: "application/json"},
 			{Key: "content-length", Value: fmt.Sprint(len(body))}, {Key: "x-chime-session", Value: "s1"}}
 		flt, err := f.NewFilter(fs)
@@ -107,9 +144,9 @@ func chimeFilter(b *testing.B, code string) (*Factory, func() bool) {
 		}
 		flt.DecodeHeaders(&fs.req, false)
 		skipped = flt.DecodeData(&httpfilter.Buffer{Bytes: append([]byte(nil), body...)}, true) == httpfilter.DataContinue
-		fs.resp = httpfilter.Headers{{Key: ":status", Value: "200"}, {Key: "content-type", Value: "application/json"}}
+		fs.resp = httpfilter.Headers{{Key: ":status", Value: "200"}, {Key: "content-type", Value: req.respType}}
 		flt.EncodeHeaders(&fs.resp, false)
-		flt.EncodeData(&httpfilter.Buffer{Bytes: append([]byte(nil), respBody...)}, true)
+		flt.EncodeData(&httpfilter.Buffer{Bytes: append([]byte(nil), req.respBody...)}, true)
 		flt.OnStreamComplete()
 		return skipped
 	}
@@ -124,13 +161,19 @@ func chimeFilter(b *testing.B, code string) (*Factory, func() bool) {
 }
 
 // BenchmarkChimeFilter runs chime.wasm's request path in this runtime: a
-// 1 KB chat request of a quiet session (no prepare, the common case,
+// request of a quiet session (benchRequests) (no prepare, the common case,
 // docs/architecture.md#skipping-prepare) and a JSON answer that needs no
 // continuation, every callback from proxy_on_context_create to
 // proxy_on_delete, no network. CHIME_WASM names the module (default: built
 // from ./plugin); CHIME_WASM_BEFORE an older one, measured in alternating
 // rounds and reported as a ratio.
 func BenchmarkChimeFilter(b *testing.B) {
+	for _, req := range benchRequests(b) {
+		b.Run(req.name, func(b *testing.B) { benchChimeFilter(b, req) })
+	}
+}
+
+func benchChimeFilter(b *testing.B, req benchRequest) {
 	code, err := chimeWasmOnce()
 	if err != nil {
 		b.Fatal(err)
@@ -140,10 +183,10 @@ func BenchmarkChimeFilter(b *testing.B) {
 		send func() bool
 		best time.Duration
 	}
-	_, send := chimeFilter(b, code)
+	_, send := chimeFilter(b, code, req)
 	mods := []*mod{{name: "this", send: send, best: time.Hour}}
 	if before := os.Getenv("CHIME_WASM_BEFORE"); before != "" {
-		_, send := chimeFilter(b, before)
+		_, send := chimeFilter(b, before, req)
 		mods = append(mods, &mod{name: "before", send: send, best: time.Hour})
 	}
 	const perRound = 200
