@@ -59,11 +59,10 @@ type Request struct {
 	toolList   []namedTool
 	injected   []injectedTool // a few at most: a slice costs less than a map
 	// clientTools are the name keys of the client's tools (clientTool),
-	// listed on the first lookup.
-	clientTools        []clientToolName
-	clientToolsIndexed bool
-	clientToolsEnd     int  // arrayEnd(tools): where a new tool goes
-	clientToolsEmpty   bool // and whether the array is empty
+	// listed by ParseRequest.
+	clientTools      []clientToolName
+	clientToolsEnd   int  // arrayEnd(tools): where a new tool goes
+	clientToolsEmpty bool // and whether the array is empty
 }
 
 // span is a value's byte range [s, e) in the original body; s < 0 when absent.
@@ -145,9 +144,12 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 	end := ck.Members(top, func(key []byte, vs int) int {
 		var ve int
 		name := reqscan.KeyName(key)
-		if string(name) == listKey {
+		switch {
+		case string(name) == listKey:
 			ve = r.indexList(ck, vs)
-		} else {
+		case string(name) == "tools" && vs < len(body) && body[vs] == '[':
+			ve = r.indexTools(ck, vs)
+		default:
 			ve = ck.Value(vs, 1)
 		}
 		if ve < 0 {

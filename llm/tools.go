@@ -196,10 +196,7 @@ func (r *Request) injectOne(name string, body []byte) (rebuild bool) {
 		r.injected = append(r.injected, injectedTool{name, r.addEdit(edit{start: el.s, end: el.e, repl: body})})
 		return false
 	}
-	if !r.clientToolsIndexed {
-		r.indexClientTools()
-	}
-	pos, empty := r.clientToolsEnd, r.clientToolsEmpty // arrayEnd(r.tools), found once
+	pos, empty := r.clientToolsEnd, r.clientToolsEmpty // arrayEnd(r.tools), found by indexTools
 	r.injected = append(r.injected, injectedTool{name, r.insertAt(pos, empty, body, 0)})
 	return false
 }
@@ -264,13 +261,11 @@ func (r *Request) HasToolNamed(name string) bool {
 
 // clientTool returns the span of the client's tool named name, or noSpan:
 // the first element of the client's tools array with a name key (Chat:
-// also function.name or custom.name) equal to name.
+// also the last name of function or custom) equal to name. ParseRequest
+// lists the name keys as it validates the array (indexTools).
 func (r *Request) clientTool(name string) span {
 	if !r.tools.ok() || r.body[r.tools.s] != '[' {
 		return noSpan
-	}
-	if !r.clientToolsIndexed {
-		r.indexClientTools()
 	}
 	for _, t := range r.clientTools {
 		if stringIs(r.body[t.name.s:t.name.e], name) {
@@ -284,34 +279,49 @@ func (r *Request) clientTool(name string) span {
 // array: its raw JSON string and the element.
 type clientToolName struct{ name, el span }
 
-// indexClientTools lists the name keys of the client's tools once: a
-// coding agent sends dozens of tools in some tens of KB, and each lookup
-// walking them again cost the wasm guest a tenth of a millisecond.
-func (r *Request) indexClientTools() {
-	r.clientToolsIndexed = true
+// indexTools validates the tools array at vs, as ck.Value(vs, 1) would,
+// and lists the name keys of its elements and where a new tool goes, so
+// that no lookup walks the array again: a coding agent sends dozens of
+// tools in some tens of KB, and a walk per lookup cost the wasm guest
+// milliseconds a request. It returns the value's end or -1.
+func (r *Request) indexTools(ck *reqscan.Checker, vs int) int {
 	b := r.body
-	r.clientToolsEnd, r.clientToolsEmpty = r.tools.s+1, true
-	reqscan.Elements(b, r.tools.s, func(vs, ve int) bool {
-		r.clientToolsEnd, r.clientToolsEmpty = ve, false
-		if b[vs] != '{' {
-			return true
-		}
-		el := span{vs, ve}
-		reqscan.Members(b, vs, func(key []byte, s, e int) bool {
-			switch {
-			case reqscan.KeyIs(key, "name"):
-				if b[s] == '"' {
-					r.clientTools = append(r.clientTools, clientToolName{span{s, e}, el})
-				}
-			case r.proto == Chat && (reqscan.KeyIs(key, "function") || reqscan.KeyIs(key, "custom")):
-				if b[s] == '{' {
-					if ns, ne := reqscan.Member(b, s, "name"); ns >= 0 && b[ns] == '"' {
-						r.clientTools = append(r.clientTools, clientToolName{span{ns, ne}, el})
+	r.clientTools = r.clientTools[:0] // the last tools member wins
+	r.clientToolsEnd, r.clientToolsEmpty = vs+1, true
+	return reqscan.WalkElements(b, vs, func(es int) int {
+		var ve int
+		if b[es] == '{' {
+			first := len(r.clientTools)
+			ve = ck.Members(es, func(key []byte, ms int) int {
+				if r.proto == Chat && (reqscan.KeyIs(key, "function") || reqscan.KeyIs(key, "custom")) && ms < len(b) && b[ms] == '{' {
+					last := noSpan
+					me := ck.Members(ms, func(key []byte, ns int) int {
+						ne := ck.Value(ns, 4)
+						if ne >= 0 && reqscan.KeyIs(key, "name") {
+							last = span{ns, ne}
+						}
+						return ne
+					})
+					if me >= 0 && last.ok() && b[last.s] == '"' {
+						r.clientTools = append(r.clientTools, clientToolName{last, span{es, -1}})
 					}
+					return me
 				}
+				me := ck.Value(ms, 3)
+				if me >= 0 && reqscan.KeyIs(key, "name") && b[ms] == '"' {
+					r.clientTools = append(r.clientTools, clientToolName{span{ms, me}, span{es, -1}})
+				}
+				return me
+			})
+			for i := first; i < len(r.clientTools); i++ {
+				r.clientTools[i].el.e = ve
 			}
-			return true
-		})
-		return true
+		} else {
+			ve = ck.Value(es, 2)
+		}
+		if ve >= 0 {
+			r.clientToolsEnd, r.clientToolsEmpty = ve, false
+		}
+		return ve
 	})
 }

@@ -42,7 +42,8 @@ func clientToolWalk(r *Request, name string) span {
 }
 
 // FuzzClientToolIndex: the index of the client's tools finds what walking
-// the array finds, for every protocol, and where a new tool goes.
+// the array finds, for every protocol, and where a new tool goes; the
+// validation that lists them accepts no invalid JSON.
 func FuzzClientToolIndex(f *testing.F) {
 	for _, c := range []struct{ body, name string }{
 		{`{"messages":[],"tools":[{"name":"a"},{"name":"b"},{"name":"a","x":1}]}`, "a"},
@@ -51,6 +52,9 @@ func FuzzClientToolIndex(f *testing.F) {
 		{`{"messages":[],"tools":[]}`, "a"},
 		{`{"messages":[],"tools":null}`, "a"},
 		{`{"input":"q","tools":[{"type":"function","name":"read_timer"}]}`, "read_timer"},
+		{`{"messages":[],"tools":[{"name":"a",}]}`, "a"},
+		{`{"messages":[],"tools":[{"function":{"name":"a","name":"b"}}],"tools":[{"name":"c"}]}`, "c"},
+		{`{"messages":[],"tools":[{"function":{"name":"a"},"x":[1,2,{"y":"\ud800"}]}]}`, "a"},
 	} {
 		for p := Chat; p <= Messages; p++ {
 			f.Add(byte(p), []byte(c.body), c.name)
@@ -76,6 +80,9 @@ func FuzzClientToolIndex(f *testing.F) {
 	f.Fuzz(func(t *testing.T, proto byte, body []byte, name string) {
 		p := Protocol(proto%3 + 1)
 		r, err := ParseRequest(p, body)
+		if err == nil && !json.Valid(body) {
+			t.Fatalf("%v: invalid JSON accepted: %q", p, body)
+		}
 		if err != nil {
 			return
 		}
