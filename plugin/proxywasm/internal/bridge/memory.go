@@ -52,7 +52,9 @@ func (a *Allocations) Take(addr uintptr, size uint32) ([]byte, bool) {
 	if uint64(size) > uint64(len(buf)) {
 		return nil, false
 	}
-	return buf[:size:size], true
+	// The capacity stays: a reuse class's buffer goes back to Recycle with
+	// its class's size, and the room past size is this buffer's alone.
+	return buf[:size], true
 }
 
 // Reset drops buffers the host allocated but never returned. It is called

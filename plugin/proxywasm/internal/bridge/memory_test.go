@@ -65,3 +65,21 @@ func TestSpareReusesRecycledBuffers(t *testing.T) {
 	}
 	spares = nil
 }
+
+// TestTakenBufferRecycles: a body the host wrote through Alloc, taken back
+// and recycled when the stream is done, is the buffer the next body of
+// its class gets (request bodies of 256 B to 64 KiB, every request).
+func TestTakenBufferRecycles(t *testing.T) {
+	smalls = [len(smalls)][][]byte{}
+	var a Allocations
+	_, addr := a.Alloc(17854) // Claude Code's first request
+	body, ok := a.Take(addr, 17854)
+	if !ok || len(body) != 17854 {
+		t.Fatalf("Take: %d bytes, %v", len(body), ok)
+	}
+	Recycle(body)
+	next, _ := a.Alloc(20000)
+	if unsafe.SliceData(next) != unsafe.SliceData(body) {
+		t.Fatal("the next body of the same class got a fresh buffer, not the recycled one")
+	}
+}
