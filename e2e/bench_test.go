@@ -27,7 +27,12 @@ import (
 // session. It prints requests/s, p50 and p99, the throughput ratio and the
 // added p50 latency of the request path.
 func BenchmarkProxyOverhead(b *testing.B) {
-	upstream := newRecorder(b, func(w http.ResponseWriter, _ *http.Request) {
+	upstream := newRecorder(b, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/messages" { // Claude Code streams
+			w.Header().Set("content-type", "text/event-stream")
+			_, _ = io.WriteString(w, messagesStream)
+			return
+		}
 		w.Header().Set("content-type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
 	})
@@ -50,24 +55,32 @@ func BenchmarkProxyOverhead(b *testing.B) {
 
 	type size struct {
 		name     string
-		bytes    int
+		path     string
+		body     []byte
 		requests int
 	}
-	sizes := []size{{"1KB", 1 << 10, 1500}, {"1MB", 1 << 20, 120}}
+	claudeCode := loadClient(b, "claude-code-2.1.197-messages-turn1.json")
+	sizes := []size{
+		{"1KB", "/v1/chat/completions", chatBodyOfSize(1 << 10), 1500},
+		{"1MB", "/v1/chat/completions", chatBodyOfSize(1 << 20), 120},
+		// What a coding agent sends: Claude Code's first request of a
+		// session as captured, 18 KB with 24 tools of its own, streamed.
+		{"CC", claudeCode.path, []byte(claudeCode.body), 600},
+	}
 	const rounds, concurrency = 3, 4
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-6s %-10s %10s %10s %10s\n", "body", "proxy", "req/s", "p50", "p99")
 	for i := 0; i < b.N; i++ {
 		for _, sz := range sizes {
-			body := chatBodyOfSize(sz.bytes)
+			body := sz.body
 			res := map[string]*loadResult{"filter": {}, "no filter": {}, "no skip": {}, "filter before": {}}
 			names := []string{"no filter", "filter", "no skip"}
 			for r := 0; r < rounds; r++ {
-				res["no filter"].add(runLoad(b, without.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
-				res["filter"].add(runLoad(b, with.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
-				res["no skip"].add(runLoad(b, noSkip.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+				res["no filter"].add(runLoad(b, without.listenURL+sz.path, body, sz.requests, concurrency))
+				res["filter"].add(runLoad(b, with.listenURL+sz.path, body, sz.requests, concurrency))
+				res["no skip"].add(runLoad(b, noSkip.listenURL+sz.path, body, sz.requests, concurrency))
 				if before != nil {
-					res["filter before"].add(runLoad(b, before.listenURL+"/v1/chat/completions", body, sz.requests, concurrency))
+					res["filter before"].add(runLoad(b, before.listenURL+sz.path, body, sz.requests, concurrency))
 				}
 			}
 			if before != nil {
@@ -276,3 +289,11 @@ func BenchmarkSSEFirstByte(b *testing.B) {
 	fmt.Fprint(os.Stdout, table.String())
 	b.ReportMetric(float64(over.Microseconds()), "first-byte-overhead-us")
 }
+
+// messagesStream is a short Anthropic Messages stream answering in text.
+const messagesStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
+	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
