@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -27,10 +28,15 @@ import (
 // session. It prints requests/s, p50 and p99, the throughput ratio and the
 // added p50 latency of the request path.
 func BenchmarkProxyOverhead(b *testing.B) {
+	// A Messages stream answering in text, for Claude Code's request.
+	messagesStream, err := os.ReadFile(filepath.Join(repoRoot(), "llm", "testdata", "responses", "messages_text.sse"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	upstream := newRecorder(b, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/messages" { // Claude Code streams
 			w.Header().Set("content-type", "text/event-stream")
-			_, _ = io.WriteString(w, messagesStream)
+			_, _ = w.Write(messagesStream)
 			return
 		}
 		w.Header().Set("content-type", "application/json")
@@ -289,11 +295,3 @@ func BenchmarkSSEFirstByte(b *testing.B) {
 	fmt.Fprint(os.Stdout, table.String())
 	b.ReportMetric(float64(over.Microseconds()), "first-byte-overhead-us")
 }
-
-// messagesStream is a short Anthropic Messages stream answering in text.
-const messagesStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
-	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
-	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
-	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
-	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
-	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"

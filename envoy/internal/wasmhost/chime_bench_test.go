@@ -86,14 +86,6 @@ type benchRequest struct {
 	respBody   []byte
 }
 
-// messagesStream is a short Anthropic Messages stream answering in text.
-const messagesStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n" +
-	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
-	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n" +
-	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
-	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n" +
-	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
-
 // benchRequests are a 1 KB chat request and Claude Code's first request
 // of a session as captured (llm/testdata/clients): 24 tools of its own,
 // 18 KB, the shape most requests through chime have.
@@ -109,10 +101,14 @@ func benchRequests(b *testing.B) []benchRequest {
 	if err := json.Unmarshal(raw, &captured); err != nil {
 		b.Fatal(err)
 	}
+	stream, err := os.ReadFile("../../../llm/testdata/responses/messages_text.sse")
+	if err != nil {
+		b.Fatal(err)
+	}
 	return []benchRequest{
 		{"chat-1KB", "/v1/chat/completions", []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`),
 			"application/json", []byte(`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)},
-		{"claude-code", captured.Path, captured.Body, "text/event-stream", []byte(messagesStream)},
+		{"claude-code", captured.Path, captured.Body, "text/event-stream", stream},
 	}
 }
 
