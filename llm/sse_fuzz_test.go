@@ -192,3 +192,58 @@ func BenchmarkRenderSSE(b *testing.B) {
 		})
 	}
 }
+
+// FuzzMessagesTextDelta: the shortcut for Messages' text deltas classifies
+// every event exactly as the general path does, or leaves it to it.
+func FuzzMessagesTextDelta(f *testing.F) {
+	for _, d := range []string{
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
+		`{"type":"content_block_delta","index":12,"delta":{"type":"text_delta","text":"a\nb \"q\" \u00e9 \ud83d\ude00 \\"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""}}`,
+		`{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}`,
+		`{"type":"content_block_delta","index":1234567890,"delta":{"type":"text_delta","text":"x"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}} `,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\q"}}`,
+		"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\ty\"}}",
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"extra":1}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{"}}`,
+		`{"type":"content_block_delta", "index":0,"delta":{"type":"text_delta","text":"x"}}`,
+		`{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"x"}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}`,
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast := Event{Name: "content_block_delta", Data: data, Index: -1}
+		var s1 classifyState
+		s1.classify(Messages, &fast)
+		general := Event{Name: "content_block_delta", Data: data, Index: -1}
+		var s2 classifyState
+		s2.general(Messages, &general)
+		if !reflect.DeepEqual(fast, general) {
+			t.Fatalf("%q:\nshortcut %+v\ngeneral  %+v", data, fast, general)
+		}
+	})
+}
+
+// BenchmarkClassifyTextDelta: classifying a long answer's text deltas by
+// the shortcut and by the general path (validate, then gjson lookups).
+func BenchmarkClassifyTextDelta(b *testing.B) {
+	data := []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"func main() {\n\tfmt.Println(\"hi\")\n}"}}`)
+	for _, path := range []string{"shortcut", "general"} {
+		b.Run(path, func(b *testing.B) {
+			var s classifyState
+			for b.Loop() {
+				ev := Event{Name: "content_block_delta", Data: data, Index: -1}
+				if path == "shortcut" {
+					s.classify(Messages, &ev)
+				} else {
+					s.general(Messages, &ev)
+				}
+				if ev.Text == "" {
+					b.Fatal("no text")
+				}
+			}
+		})
+	}
+}
