@@ -46,9 +46,12 @@ lint: $(STATICCHECK)
 	GOOS=wasip1 GOARCH=wasm $(STATICCHECK) ./plugin/... ./llm/... ./hostapi/...
 
 # The race detector over the concurrent parts: host, proxy data plane,
-# protocol layer and storage.
+# protocol layer and storage, and the wasm runtime's VM lifecycle (shared
+# VMs, background workers, replacement after a fault, the interpreted
+# start's switch).
 race:
 	$(GO) test -race -count=1 -timeout 20m ./host/... ./envoy/internal/proxy/... ./llm/... ./hostapi/... ./storage/...
+	$(GO) test -race -count=1 -timeout 10m -run 'Interpret|SharedVM|Background|Reload|Closed' ./envoy/internal/wasmhost/
 
 # The e2e tests `make test` runs a second time under the envoy-1.39 WASI
 # profile (the whole suite runs under envoy-1.38): both backends of the
