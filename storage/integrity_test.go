@@ -237,3 +237,21 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal("restore into a non-empty store accepted")
 	}
 }
+
+// TestOpensWithEmptyMemtable: a process killed between creating a
+// memtable's log and sizing it leaves an empty .mem file; the store opens
+// with everything it held (Badger alone refuses, dgraph-io/badger#2207).
+func TestOpensWithEmptyMemtable(t *testing.T) {
+	dir := storeClosed300(t)
+	if err := os.WriteFile(filepath.Join(dir, "00042.mem"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("open with an empty memtable file: %v", err)
+	}
+	defer s.Close()
+	if n := countTasks(t, s); n != 300 {
+		t.Errorf("%d of 300 tasks", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -120,6 +121,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithLogger(slogBridge{logger}).
 		WithLoggingLevel(badger.WARNING)
 	if !opts.InMemory {
+		if err := removeEmptyMemtables(dir, logger); err != nil {
+			return nil, err
+		}
 		if err := checkFiles(dir, bo); err != nil {
 			return nil, err
 		}
@@ -143,6 +147,33 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.markStop, s.markDone = make(chan struct{}), make(chan struct{})
 	go s.markLoop()
 	return s, nil
+}
+
+// removeEmptyMemtables deletes memtable files of 0 bytes. Badger creates a
+// memtable's write-ahead log and then sizes it; a process killed between
+// the two leaves an empty .mem file, which holds nothing, yet Badger
+// refuses to open a directory with one ("while opening fid: N err: Create
+// a new file", dgraph-io/badger#2207, open). Without the file the store
+// opens as it was.
+func removeEmptyMemtables(dir string, logger *slog.Logger) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: read data dir %q: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".mem") || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || fi.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("storage: remove the empty memtable file %s left by a crash: %w", e.Name(), err)
+		}
+		logger.Warn("storage: removed an empty memtable file left by a crash", "dir", dir, "file", e.Name())
+	}
+	return nil
 }
 
 // openRecover turns a panic inside Badger's open path into an error, and
