@@ -57,6 +57,9 @@ type Request struct {
 	finalEdit  int // Messages: the edit holding the final user turn's rebuilt content
 	toolsEdit  int // the edit holding a whole new tools array
 	toolList   []namedTool
+	parts      [][]byte       // the pieces of a tools array chime builds (rebuildToolList)
+	scratch    []byte         // bytesFor
+	partBuf    []part         // scan's list of a message's content parts
 	injected   []injectedTool // a few at most: a slice costs less than a map
 	// clientTools are the name keys of the client's tools (clientTool),
 	// listed by ParseRequest.
@@ -118,15 +121,24 @@ var (
 // the top level is not an object or the message list has the wrong type.
 // body must not be modified while the Request is in use.
 func ParseRequest(p Protocol, body []byte) (*Request, error) {
+	return ParseRequestInto(nil, p, body)
+}
+
+// ParseRequestInto is ParseRequest reusing r, a Request the caller is
+// done with (nil allocates a new one): its lists and scratch bytes keep
+// their memory, so a filter that parses request after request allocates
+// almost nothing per request (in the wasm guest each allocation costs
+// about as much as parsing a short message). Nothing r handed out before
+// (directives, Bytes, edits) may be used after; r may be reused again
+// even when this call fails.
+func ParseRequestInto(r *Request, p Protocol, body []byte) (*Request, error) {
 	if p != Chat && p != Responses && p != Messages {
 		return nil, fmt.Errorf("%w: unsupported protocol %v", ErrBodyShape, p)
 	}
-	r := &Request{
-		proto: p, body: body,
-		model: noSpan, stream: noSpan, messages: noSpan, input: noSpan,
-		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan, prevResponse: noSpan,
-		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
+	if r == nil {
+		r = new(Request)
 	}
+	r.reset(p, body)
 	// Validation and indexing share one pass over the body.
 	ck := reqscan.NewChecker(body)
 	top := reqscan.SkipSpace(body, 0)
@@ -192,6 +204,36 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 		return nil, fmt.Errorf("%w: %s is not an array", ErrBodyShape, what)
 	}
 	return r, nil
+}
+
+// reset makes r a fresh Request for body, keeping the memory of the
+// lists it owns. Lists shared with other requests (a ToolSet's) are
+// dropped, never written.
+func (r *Request) reset(p Protocol, body []byte) {
+	own := *r
+	*r = Request{
+		proto: p, body: body,
+		model: noSpan, stream: noSpan, messages: noSpan, input: noSpan,
+		tools: noSpan, metadata: noSpan, promptCacheKey: noSpan, prevResponse: noSpan,
+		streamEdit: -1, inputEdit: -1, finalEdit: -1, toolsEdit: -1,
+		msgs: own.msgs[:0], edits: own.edits[:0], orderBuf: own.orderBuf[:0],
+		dirs: own.dirs[:0], strip: own.strip[:0], clientTools: own.clientTools[:0],
+		injected: own.injected[:0], toolList: own.toolList[:0], parts: own.parts[:0],
+		scratch: own.scratch[:0], partBuf: own.partBuf[:0],
+	}
+}
+
+// bytesFor returns an empty slice with room for n bytes from the
+// request's scratch memory: edits' new bytes are built there instead of
+// in an allocation each. An append past n reallocates, so the slice never
+// writes into its neighbours.
+func (r *Request) bytesFor(n int) []byte {
+	if cap(r.scratch)-len(r.scratch) < n {
+		r.scratch = make([]byte, 0, max(2*cap(r.scratch), n, 1024))
+	}
+	at := len(r.scratch)
+	r.scratch = r.scratch[:at+n]
+	return r.scratch[at : at : at+n]
 }
 
 // indexList validates the list value at vs (messages, or Responses

@@ -32,7 +32,7 @@ func (r *Request) AppendUserText(text string) error {
 	switch r.proto {
 	case Chat:
 		const head = `{"role":"user","content":`
-		msg := append(make([]byte, 0, len(head)+len(text)+16), head...) // one allocation, usually
+		msg := append(r.bytesFor(len(head)+len(text)+16), head...) // no allocation, usually
 		msg = append(reqscan.AppendQuote(msg, text), '}')
 		r.insertAt(r.listInsert, r.listEmpty, msg, 0)
 		return nil

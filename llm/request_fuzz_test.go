@@ -109,3 +109,53 @@ func FuzzRequestEdit(f *testing.F) {
 		}
 	})
 }
+
+// reuseSpare is the Request FuzzRequestReuse parses into: it carries the
+// state of the previous input, as the filter's spare requests do.
+var reuseSpare *Request
+
+// FuzzRequestReuse checks that a Request reused by ParseRequestInto
+// answers exactly as a fresh one: the same error, directives and edited
+// bytes, whatever the previous body left in it.
+func FuzzRequestReuse(f *testing.F) {
+	for _, b := range requestSeeds(f) {
+		for mode := uint8(0); mode < 3; mode++ {
+			f.Add(mode, b)
+		}
+	}
+	edit := func(r *Request) (string, []Directive) {
+		dirs := slices.Clone(r.Directives())
+		r.StripDirectives()
+		_ = r.AppendUserText("[Time/Date]: now")
+		_ = r.InjectTools([]ToolSpec{strictTool(), {Name: "exec", Description: "d"}})
+		_ = r.AppendUserText("second")
+		return string(r.Bytes()), dirs
+	}
+	f.Fuzz(func(t *testing.T, mode uint8, body []byte) {
+		p := Protocol(mode%3) + Chat
+		fresh, err1 := ParseRequest(p, body)
+		reused, err2 := ParseRequestInto(reuseSpare, p, body)
+		if reuseSpare == nil {
+			reuseSpare = reused
+		}
+		if (err1 == nil) != (err2 == nil) || err1 != nil && err1.Error() != err2.Error() {
+			t.Fatalf("fresh error %v, reused %v", err1, err2)
+		}
+		if err1 != nil {
+			return
+		}
+		wantOut, wantDirs := edit(fresh)
+		gotOut, gotDirs := edit(reused)
+		if gotOut != wantOut {
+			t.Fatalf("reused request built\n%s\nfresh\n%s", gotOut, wantOut)
+		}
+		if len(gotDirs) != len(wantDirs) {
+			t.Fatalf("reused request found %d directives, fresh %d", len(gotDirs), len(wantDirs))
+		}
+		for i := range gotDirs {
+			if gotDirs[i].Raw != wantDirs[i].Raw || gotDirs[i].Position != wantDirs[i].Position {
+				t.Fatalf("directive %d: reused %+v, fresh %+v", i, gotDirs[i], wantDirs[i])
+			}
+		}
+	})
+}

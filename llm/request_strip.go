@@ -40,7 +40,7 @@ func (r *Request) StripDirectives() int {
 	for _, e := range r.strip {
 		r.addEdit(e)
 	}
-	r.strip = nil
+	r.strip = r.strip[:0]
 	return r.removed
 }
 
@@ -66,7 +66,8 @@ func (r *Request) scan() {
 		textType = "input_text"
 	}
 	start := r.newInputStart()
-	var parts []part
+	parts := r.partBuf[:0]
+	defer func() { r.partBuf = parts[:0] }()
 	if !r.tagHint {
 		// No string can hold a tag: nothing to read or strip, and only
 		// the first new user turn is left to find.

@@ -218,7 +218,12 @@ func (r *Request) rebuildToolList() {
 	if !r.tools.ok() {
 		open = toolsMemberOpen
 	}
-	parts := make([][]byte, 0, 2*len(r.toolList))
+	// A fresh list when an edit still holds the previous one; the
+	// request's own memory otherwise.
+	parts := r.parts[:0]
+	if r.toolsEdit >= 0 {
+		parts = make([][]byte, 0, 2*len(r.toolList)+1)
+	}
 	for i, t := range r.toolList {
 		if i > 0 {
 			parts = append(parts, comma)
@@ -226,6 +231,7 @@ func (r *Request) rebuildToolList() {
 		parts = append(parts, t.body)
 	}
 	parts = append(parts, closeBracket)
+	r.parts = parts
 	if r.toolsEdit >= 0 {
 		r.edits[r.toolsEdit].more = parts
 		return

@@ -19,10 +19,21 @@ var clockTool = []llm.ToolSpec{hostapi.ClockToolSpec()}
 // tool. The result is appended to dst[:0], which the filter reuses across
 // requests (nil allocates).
 func Edit(body, dst []byte) ([]byte, error) {
-	r, err := llm.ParseRequest(llm.Chat, body)
+	var e Editor
+	return e.Edit(body, dst)
+}
+
+// Editor is Edit reusing the parsed request from one call to the next,
+// as the filter does (llm.ParseRequestInto). Not safe for concurrent use.
+type Editor struct{ spare *llm.Request }
+
+// Edit is the package's Edit.
+func (e *Editor) Edit(body, dst []byte) ([]byte, error) {
+	r, err := llm.ParseRequestInto(e.spare, llm.Chat, body)
 	if err != nil {
 		return nil, err
 	}
+	e.spare = r
 	r.Directives()
 	r.StripDirectives()
 	if err := r.AppendUserText(TimeTag); err != nil {

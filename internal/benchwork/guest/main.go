@@ -1,6 +1,6 @@
 //go:build wasip1
 
-// Command guest exposes benchwork.Edit to a wasm host: the host writes a
+// Command guest exposes benchwork.Editor to a wasm host: the host writes a
 // body into memory from alloc, calls edit, and gets the output length.
 package main
 
@@ -17,6 +17,8 @@ func main() {}
 // reuses its body buffers.
 var keep, out []byte
 
+var editor benchwork.Editor
+
 //go:wasmexport alloc
 func alloc(size uint32) unsafe.Pointer {
 	if cap(keep) < int(size) {
@@ -32,7 +34,7 @@ func alloc(size uint32) unsafe.Pointer {
 func edit(ptr unsafe.Pointer, size uint32) uint32 {
 	in := unsafe.Slice((*byte)(ptr), size)
 	var err error
-	out, err = benchwork.Edit(in, out)
+	out, err = editor.Edit(in, out)
 	if err != nil {
 		return 0
 	}
