@@ -91,6 +91,9 @@ type pluginContext struct {
 	zones map[string]*time.Location
 	// decodedQuiet maps quiet entries' bytes to their decoding (skip.go).
 	decodedQuiet map[string]quietEntry
+	// spareRequests are parsed requests done with, reused by the next
+	// bodies (llm.ParseRequestInto): the VM runs one callback at a time.
+	spareRequests []*llm.Request
 
 	// failOpens counts requests failed open since the last info line;
 	// failOpenReason is the latest one's reason (noteFailOpen).
@@ -247,5 +250,27 @@ func (p *pluginContext) zoneFor(header string) *time.Location {
 func (p *pluginContext) learnNTP(n hostapi.NTPInfo) {
 	if n.Status != "" {
 		p.ntpOffsetMs = n.OffsetMs
+	}
+}
+
+// maxSpareRequests bounds spareRequests: more are only in use at once
+// under a burst, and those are left to the GC.
+const maxSpareRequests = 8
+
+// spareRequest returns a Request to parse into (nil: a new one).
+func (p *pluginContext) spareRequest() *llm.Request {
+	n := len(p.spareRequests)
+	if n == 0 {
+		return nil
+	}
+	r := p.spareRequests[n-1]
+	p.spareRequests = p.spareRequests[:n-1]
+	return r
+}
+
+// doneWith takes back a request nothing refers to any more.
+func (p *pluginContext) doneWith(r *llm.Request) {
+	if r != nil && len(p.spareRequests) < maxSpareRequests {
+		p.spareRequests = append(p.spareRequests, r)
 	}
 }

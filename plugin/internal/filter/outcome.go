@@ -65,6 +65,7 @@ func (h *httpContext) OnHttpStreamDone() {
 // resolve or template took its copy of sentBody when it was sent, and a
 // late prepare answer finds the stream gone and edits nothing.
 func (h *httpContext) recycleBodies() {
+	h.plugin.doneWith(h.req) // a prepare still pending edits nothing now
 	h.req, h.sentBody = nil, nil
 	for _, b := range [][]byte{h.bodyIn, h.bodyOut} {
 		if b != nil {

@@ -155,6 +155,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	p.hostFailures.inc()
 	proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.requestID, reason)
 	if !p.cfg.FailOpen {
+		p.doneWith(h.req)
 		h.req = nil
 		err := proxywasm.SendHttpResponse(503, [][2]string{{"content-type", "application/json"}},
 			[]byte(`{"error":{"type":"chime_host_unavailable","message":"chime host unavailable"}}`), -1)
@@ -185,6 +186,9 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	if req == nil {
 		return false
 	}
+	// The body is built into a buffer of its own (or is the one read):
+	// nothing refers to req after this.
+	defer p.doneWith(req)
 	if ans != nil {
 		h.injectTools(req, ans.Tools)
 	}

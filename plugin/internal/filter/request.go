@@ -215,8 +215,10 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		return proxywasm.ActionContinue
 	}
 	h.bodyIn = body
-	req, err := llm.ParseRequest(h.protocol, body)
+	spare := h.plugin.spareRequest()
+	req, err := llm.ParseRequestInto(spare, h.protocol, body)
 	if err != nil {
+		h.plugin.doneWith(spare)
 		h.prepareSettled()
 		h.forwardMalformed(err.Error())
 		return proxywasm.ActionContinue
