@@ -192,6 +192,7 @@ func (guest) OnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrai
 
 func (guest) OnTick(rootID uint32) {
 	defer func() { recovered("proxy_on_tick", recover()) }()
+	hostcall.ForgetLogLevel() // a level changed at runtime applies from now on
 	if p, ok := state.plugins[rootID]; ok {
 		state.active = rootID
 		p.ctx.OnTick()

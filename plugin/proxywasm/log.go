@@ -8,10 +8,10 @@ import (
 	"github.com/chimehq/chime/plugin/proxywasm/internal/hostcall"
 )
 
-// logf formats only what the host would keep: asking the host's level
-// (proxy_get_log_level, which follows runtime level changes) costs one
-// host call, formatting a message the host drops costs fmt and a copy on
-// every request (docs/performance.md).
+// logf formats only what the host would keep: formatting a message the
+// host drops costs fmt and a copy on every request (docs/performance.md).
+// The host's level (proxy_get_log_level) is asked once per tick, so a
+// level changed at runtime applies within a tick.
 func logf(level abi.LogLevel, format string, args []any) {
 	if min, err := hostcall.GetLogLevel(); err == nil && level < min {
 		return

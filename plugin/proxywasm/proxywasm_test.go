@@ -108,6 +108,32 @@ func TestStartSequence(t *testing.T) {
 	}
 }
 
+// TestLogLevelChangeAppliesAtTheNextTick: the host's level is asked once
+// per tick, not once per message; a runtime change applies from the tick.
+func TestLogLevelChangeAppliesAtTheNextTick(t *testing.T) {
+	r := &recorder{vmStart: true}
+	h := start(t, r, "")
+	h.SetLogLevel(proxywasm.LogLevelInfo)
+	h.Tick()
+	proxywasm.LogDebugf("dropped %d", 1)
+	h.SetLogLevel(proxywasm.LogLevelDebug)
+	proxywasm.LogDebugf("dropped %d", 2) // the level known since the tick
+	if logs := h.GetLogs(proxywasm.LogLevelDebug); len(logs) != 0 {
+		t.Fatalf("debug logs before the tick: %q", logs)
+	}
+	h.Tick()
+	proxywasm.LogDebugf("kept %d", 3)
+	if logs := h.GetLogs(proxywasm.LogLevelDebug); len(logs) != 1 || logs[0] != "kept 3" || !proxywasm.LogDebugEnabled() {
+		t.Fatalf("debug logs after the tick: %q", logs)
+	}
+	// Another host (a new VM) is asked afresh.
+	h2 := start(t, &recorder{vmStart: true}, "")
+	h2.SetLogLevel(proxywasm.LogLevelWarn)
+	if proxywasm.LogDebugEnabled() {
+		t.Fatal("a new host answered with the previous host's level")
+	}
+}
+
 func TestCallbacksRouteToTheirStream(t *testing.T) {
 	streams := map[uint32]*stream{}
 	var seen []string

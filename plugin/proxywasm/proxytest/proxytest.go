@@ -264,6 +264,10 @@ func (h *Host) Tick() {
 	h.guest().OnTick(h.rootID)
 }
 
+// SetLogLevel changes the level the host reports, as Envoy's admin
+// /logging does at runtime.
+func (h *Host) SetLogLevel(l proxywasm.LogLevel) { h.opts.LogLevel = l }
+
 // TickPeriod is the last period set by the guest.
 func (h *Host) TickPeriod() uint32 { return h.tickPeriod }
 

@@ -75,10 +75,37 @@ const WholeBuffer = math.MaxInt32
 func Log(level abi.LogLevel, msg string) error { return Err(host().Log(level, msg)) }
 
 // GetLogLevel returns the host's log level for this plugin.
+//
+// The answer is kept until ForgetLogLevel (the SDK calls it on every
+// tick): a host call per message asked about costs more than the rest of
+// a request's logging, and a level changed at runtime then takes effect
+// within a tick.
 func GetLogLevel() (abi.LogLevel, error) {
-	l, st := host().GetLogLevel()
-	return l, Err(st)
+	h := host()
+	if c := &logLevelCache; c.valid && c.host == h {
+		return c.level, nil
+	}
+	l, st := h.GetLogLevel()
+	if err := Err(st); err != nil {
+		return l, err
+	}
+	logLevelCache = struct {
+		host  bridge.Host
+		level abi.LogLevel
+		valid bool
+	}{h, l, true}
+	return l, nil
 }
+
+// logLevelCache is GetLogLevel's last answer and the host that gave it.
+var logLevelCache struct {
+	host  bridge.Host
+	level abi.LogLevel
+	valid bool
+}
+
+// ForgetLogLevel makes the next GetLogLevel ask the host again.
+func ForgetLogLevel() { logLevelCache.valid = false }
 
 // Header maps.
 
