@@ -158,3 +158,39 @@ func FuzzAppendStamp(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTimeTagger: one TimeTagger asked for a run of instants and zones
+// (the same second again, the next, another zone, back) writes exactly
+// the uncached tag each time.
+func FuzzTimeTagger(f *testing.F) {
+	f.Add(int64(1770067358241), int64(5), int64(900), "America/Los_Angeles", "UTC")
+	f.Add(int64(1772963999999), int64(1), int64(-1), "America/Los_Angeles", "America/Los_Angeles") // into PDT and back
+	f.Add(int64(-1), int64(1), int64(-1000), "Pacific/Chatham", "Asia/Kathmandu")
+	f.Add(int64(253402300799999), int64(1), int64(0), "UTC", "Pacific/Kiritimati") // into year 10000
+	f.Fuzz(func(t *testing.T, ms, d1, d2 int64, zone1, zone2 string) {
+		const limit = 1 << 50
+		if ms < -limit || ms > limit || d1 < -limit || d1 > limit || d2 < -limit || d2 > limit {
+			return
+		}
+		zone := func(name string) *time.Location {
+			if loc, err := LoadTimezone(name); err == nil {
+				return loc
+			}
+			return nil
+		}
+		var tagger TimeTagger
+		for i, step := range []struct {
+			ms  int64
+			loc *time.Location
+		}{{ms, zone(zone1)}, {ms + d1, zone(zone1)}, {ms + d1, zone(zone2)}, {ms + d1 + d2, zone(zone2)}, {ms, zone(zone1)}} {
+			loc := step.loc
+			if loc == nil {
+				loc = time.UTC
+			}
+			want := string(appendTimeTag(nil, time.UnixMilli(step.ms-3), loc, step.ms-3, -3))
+			if got := string(tagger.Append(nil, time.UnixMilli(step.ms), step.loc, -3)); got != want {
+				t.Fatalf("step %d: %q, want %q", i, got, want)
+			}
+		}
+	})
+}
