@@ -91,6 +91,9 @@ type pluginContext struct {
 	zones map[string]*time.Location
 	// decodedQuiet maps quiet entries' bytes to their decoding (skip.go).
 	decodedQuiet map[string]quietEntry
+	// tagger writes the time tags, into tagBuf (llm.TimeTagger).
+	tagger llm.TimeTagger
+	tagBuf []byte
 	// spareRequests are parsed requests done with, reused by the next
 	// bodies (llm.ParseRequestInto): the VM runs one callback at a time.
 	spareRequests []*llm.Request

@@ -111,5 +111,7 @@ func newRequestID() string {
 			b[i+j] = byte(v >> (8 * j))
 		}
 	}
-	return hex.EncodeToString(b[:])
+	var out [32]byte
+	hex.Encode(out[:], b[:])
+	return string(out[:]) // one allocation, not EncodeToString's two
 }

@@ -193,8 +193,8 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 		h.injectTools(req, ans.Tools)
 	}
 	if p.cfg.TimeTag {
-		tag := llm.FormatTimeTag(now, h.zone, p.ntpOffsetMs)
-		if err := req.AppendUserText(tag); err != nil {
+		p.tagBuf = p.tagger.Append(p.tagBuf[:0], now, h.zone, p.ntpOffsetMs)
+		if err := req.AppendUserText(string(p.tagBuf)); err != nil {
 			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.requestID, err)
 		}
 	}

@@ -25,6 +25,8 @@ type httpContext struct {
 	requestID      string
 	timezone       string      // the x-chime-timezone header, raw
 	sessionHeaders [][2]string // the llm.SessionHeaders() present, name and value
+	// sessionHeadersRoom holds the usual one or two without an allocation.
+	sessionHeadersRoom [2][2]string
 
 	bodyDone bool         // the whole body arrived and was dealt with
 	req      *llm.Request // the parsed body while prepare is pending
@@ -179,6 +181,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	h.timezone = strings.TrimSpace(h.timezone)
 	for i, v := range session {
 		if strings.TrimSpace(v) != "" {
+			if h.sessionHeaders == nil {
+				h.sessionHeaders = h.sessionHeadersRoom[:0]
+			}
 			h.sessionHeaders = append(h.sessionHeaders, [2]string{sessionHeaderNames[i], v})
 		}
 	}
