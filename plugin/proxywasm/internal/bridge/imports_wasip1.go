@@ -35,6 +35,23 @@ func result(ptr, size, status uint32) ([]byte, abi.Status) {
 	return b, abi.StatusOK
 }
 
+// Out-parameters. A pointer passed to a wasmimport escapes, so a local
+// the host writes its answer into is a heap allocation per call: with
+// every hostcall it was a dozen allocations a request. Calls take their
+// out-parameters from this ring of 4-word slots instead. The guest runs
+// one call at a time, and a call made while another is in the host (the
+// host's proxy_on_memory_allocate, or a callback the host runs inline)
+// takes a later slot, so nesting up to 16 deep never shares one.
+var outSlots [64]uint32
+
+var outNext uint32
+
+func outSlot() *[4]uint32 {
+	i := outNext
+	outNext = (i + 4) & 63
+	return (*[4]uint32)(outSlots[i : i+4])
+}
+
 // wasmHost implements Host with the proxy_* imports of ABI v0.2.1.
 type wasmHost struct{}
 
@@ -43,15 +60,15 @@ func (wasmHost) Log(level abi.LogLevel, msg string) abi.Status {
 }
 
 func (wasmHost) GetLogLevel() (abi.LogLevel, abi.Status) {
-	var l uint32
-	st := proxy_get_log_level(&l)
-	return abi.LogLevel(l), abi.Status(st)
+	o := outSlot()
+	st := proxy_get_log_level(&o[0])
+	return abi.LogLevel(o[0]), abi.Status(st)
 }
 
 func (wasmHost) GetProperty(path []byte) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_get_property(bytesPtr(path), uint32(len(path)), &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_get_property(bytesPtr(path), uint32(len(path)), &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 func (wasmHost) SetProperty(path, value []byte) abi.Status {
@@ -59,15 +76,15 @@ func (wasmHost) SetProperty(path, value []byte) abi.Status {
 }
 
 func (wasmHost) GetBufferBytes(buffer abi.BufferType, start, maxSize uint32) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_get_buffer_bytes(uint32(buffer), start, maxSize, &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_get_buffer_bytes(uint32(buffer), start, maxSize, &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 func (wasmHost) GetBufferStatus(buffer abi.BufferType) (uint32, abi.Status) {
-	var size, flags uint32
-	st := proxy_get_buffer_status(uint32(buffer), &size, &flags)
-	return size, abi.Status(st)
+	o := outSlot()
+	st := proxy_get_buffer_status(uint32(buffer), &o[0], &o[1])
+	return o[0], abi.Status(st)
 }
 
 func (wasmHost) SetBufferBytes(buffer abi.BufferType, start, size uint32, value []byte) abi.Status {
@@ -75,9 +92,9 @@ func (wasmHost) SetBufferBytes(buffer abi.BufferType, start, size uint32, value 
 }
 
 func (wasmHost) GetHeaderMapPairs(mapType abi.MapType) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_get_header_map_pairs(uint32(mapType), &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_get_header_map_pairs(uint32(mapType), &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 func (wasmHost) SetHeaderMapPairs(mapType abi.MapType, pairs []byte) abi.Status {
@@ -85,9 +102,9 @@ func (wasmHost) SetHeaderMapPairs(mapType abi.MapType, pairs []byte) abi.Status 
 }
 
 func (wasmHost) GetHeaderMapValue(mapType abi.MapType, key string) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_get_header_map_value(uint32(mapType), strPtr(key), uint32(len(key)), &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_get_header_map_value(uint32(mapType), strPtr(key), uint32(len(key)), &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 func (wasmHost) ReplaceHeaderMapValue(mapType abi.MapType, key, value string) abi.Status {
@@ -116,10 +133,10 @@ func (wasmHost) SendLocalResponse(statusCode uint32, details string, body, heade
 }
 
 func (wasmHost) HttpCall(upstream string, headers, body, trailers []byte, timeoutMs uint32) (uint32, abi.Status) {
-	var id uint32
+	o := outSlot()
 	st := proxy_http_call(strPtr(upstream), uint32(len(upstream)), bytesPtr(headers), uint32(len(headers)),
-		bytesPtr(body), uint32(len(body)), bytesPtr(trailers), uint32(len(trailers)), timeoutMs, &id)
-	return id, abi.Status(st)
+		bytesPtr(body), uint32(len(body)), bytesPtr(trailers), uint32(len(trailers)), timeoutMs, &o[0])
+	return o[0], abi.Status(st)
 }
 
 func (wasmHost) SetTickPeriodMilliseconds(ms uint32) abi.Status {
@@ -131,22 +148,22 @@ func (wasmHost) SetSharedData(key string, value []byte, cas uint32) abi.Status {
 }
 
 func (wasmHost) GetSharedData(key string) ([]byte, uint32, abi.Status) {
-	var p, n, cas uint32
-	st := proxy_get_shared_data(strPtr(key), uint32(len(key)), &p, &n, &cas)
-	v, status := result(p, n, st)
-	return v, cas, status
+	o := outSlot()
+	st := proxy_get_shared_data(strPtr(key), uint32(len(key)), &o[0], &o[1], &o[2])
+	v, status := result(o[0], o[1], st)
+	return v, o[2], status
 }
 
 func (wasmHost) RegisterSharedQueue(name string) (uint32, abi.Status) {
-	var id uint32
-	st := proxy_register_shared_queue(strPtr(name), uint32(len(name)), &id)
-	return id, abi.Status(st)
+	o := outSlot()
+	st := proxy_register_shared_queue(strPtr(name), uint32(len(name)), &o[0])
+	return o[0], abi.Status(st)
 }
 
 func (wasmHost) ResolveSharedQueue(vmID, name string) (uint32, abi.Status) {
-	var id uint32
-	st := proxy_resolve_shared_queue(strPtr(vmID), uint32(len(vmID)), strPtr(name), uint32(len(name)), &id)
-	return id, abi.Status(st)
+	o := outSlot()
+	st := proxy_resolve_shared_queue(strPtr(vmID), uint32(len(vmID)), strPtr(name), uint32(len(name)), &o[0])
+	return o[0], abi.Status(st)
 }
 
 func (wasmHost) EnqueueSharedQueue(queueID uint32, value []byte) abi.Status {
@@ -154,15 +171,15 @@ func (wasmHost) EnqueueSharedQueue(queueID uint32, value []byte) abi.Status {
 }
 
 func (wasmHost) DequeueSharedQueue(queueID uint32) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_dequeue_shared_queue(queueID, &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_dequeue_shared_queue(queueID, &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 func (wasmHost) DefineMetric(metricType abi.MetricType, name string) (uint32, abi.Status) {
-	var id uint32
-	st := proxy_define_metric(uint32(metricType), strPtr(name), uint32(len(name)), &id)
-	return id, abi.Status(st)
+	o := outSlot()
+	st := proxy_define_metric(uint32(metricType), strPtr(name), uint32(len(name)), &o[0])
+	return o[0], abi.Status(st)
 }
 
 func (wasmHost) IncrementMetric(id uint32, delta int64) abi.Status {
@@ -186,9 +203,9 @@ func (wasmHost) SetEffectiveContext(id uint32) abi.Status {
 func (wasmHost) Done() abi.Status { return abi.Status(proxy_done()) }
 
 func (wasmHost) CallForeignFunction(name string, args []byte) ([]byte, abi.Status) {
-	var p, n uint32
-	st := proxy_call_foreign_function(strPtr(name), uint32(len(name)), bytesPtr(args), uint32(len(args)), &p, &n)
-	return result(p, n, st)
+	o := outSlot()
+	st := proxy_call_foreign_function(strPtr(name), uint32(len(name)), bytesPtr(args), uint32(len(args)), &o[0], &o[1])
+	return result(o[0], o[1], st)
 }
 
 // Raw ABI v0.2.1 imports. Pointers are guest addresses; out-parameters
