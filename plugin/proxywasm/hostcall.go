@@ -84,7 +84,7 @@ func GetHttpRequestBody(start, maxSize int) ([]byte, error) {
 // RecycleBuffer when one fits, to build a large body in.
 func BodyBuffer(n int) []byte { return bridge.Spare(n) }
 
-// RecycleBuffer hands back a large buffer that GetHttpRequestBody (or
+// RecycleBuffer hands back a buffer that GetHttpRequestBody (or
 // another Get*) or BodyBuffer returned, for a later body to reuse. The
 // caller must keep no reference to it. Never recycling is always safe.
 func RecycleBuffer(b []byte) { bridge.Recycle(b) }

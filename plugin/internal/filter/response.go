@@ -142,6 +142,8 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 				r.orig = turn
 				h.sendTemplate()
 			}
+		} else {
+			proxywasm.RecycleBuffer(body) // read only here
 		}
 		return proxywasm.ActionContinue
 	}

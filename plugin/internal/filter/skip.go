@@ -182,6 +182,9 @@ func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 		}
 		return quietEntry{}, false
 	}
+	// The bytes are only read here (the decoding holds copies): the
+	// buffer goes back for the next read.
+	defer proxywasm.RecycleBuffer(raw)
 	if e, ok := p.decodedQuiet[string(raw)]; ok {
 		return e, true
 	}

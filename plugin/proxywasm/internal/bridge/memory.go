@@ -111,15 +111,16 @@ func Spare(n int) []byte {
 }
 
 // Buffers of smallMin up to reuseMin bytes (the bodies of most requests,
-// a few KB with the tool schemas the filter adds, and header maps) are
+// a few KB with the tool schemas the filter adds, header maps, shared
+// data values and short JSON answers) are
 // kept per power-of-two class, up to maxSmalls each: every request reusing
 // them instead of allocating leaves the guest's GC far less to do.
 const (
-	smallMin  = 256
+	smallMin  = 64
 	maxSmalls = 16
 )
 
-var smalls [8][][]byte // 256 and 512 bytes, 1, 2, 4, 8, 16, 32 KiB
+var smalls [10][][]byte // 64 to 512 bytes, 1, 2, 4, 8, 16, 32 KiB
 
 // smallClass is the class whose buffers hold n bytes, or -1 when n is
 // below smallMin or at least reuseMin.
