@@ -164,6 +164,7 @@ func (p *pluginContext) keepDirectives(prep hostapi.PrepareRequest) {
 		}
 		err = storeKept(sid, append(ks, batch), cas)
 		if err == nil {
+			endQuiet(sid) // its next request must ask the host (storeQuiet)
 			p.keptMetrics.kept.add(len(prep.Directives))
 			proxywasm.LogInfof("chime: request %s: host unreachable; %d directive(s) kept for the session's next request", prep.RequestID, len(prep.Directives))
 			return
@@ -173,6 +174,15 @@ func (p *pluginContext) keepDirectives(prep hostapi.PrepareRequest) {
 		}
 	}
 	p.dropDirectives(prep.RequestID, prep.Directives, "shared data kept changing under concurrent requests")
+}
+
+// hasKept reports whether session sid has directives kept.
+func hasKept(sid string) bool {
+	if sid == "" || len(sid) > maxKeptSessionLen {
+		return false
+	}
+	ks, _, err := loadKept(sid)
+	return err == nil && len(ks) > 0
 }
 
 // keptFor returns the session's kept directives: fresh, to send with

@@ -251,14 +251,16 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 		// fails open and rolls the id back.
 		DeadlineMs: now.UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
 	}
-	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
-	if len(prep.Directives) == 0 && len(h.keptAll) == 0 {
+	if len(prep.Directives) == 0 {
+		// A session with kept directives is never quiet (storeQuiet,
+		// keepDirectives), so a quiet one needs no read of them.
 		if e, ok := h.plugin.quietFor(h.sessionID, now); ok {
 			h.skip(e, now) // skip.go: the session is quiet, nothing to ask
 			return proxywasm.ActionContinue
 		}
 	}
+	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	return h.prepare(prep)
 }
 

@@ -201,6 +201,11 @@ func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 
 // storeQuiet records e for sid unless the entry there is of a later
 // generation (an answer that arrives late must not undo a newer one).
+//
+// A session with kept directives (keep.go) is never left quiet, so that a
+// request need not read them to skip: a quiet entry is written first and
+// the kept ones read after, while keepDirectives writes them first and
+// ends the quiet after. Whichever runs second sees the other's write.
 func storeQuiet(sid string, e quietEntry) {
 	key := quietKey(sid)
 	if key == "" {
@@ -211,6 +216,29 @@ func storeQuiet(sid string, e quietEntry) {
 		if ok && old.gen > e.gen {
 			return
 		}
+		if proxywasm.SetSharedData(key, e.encode(), cas) == nil {
+			if e.until > 0 && hasKept(sid) {
+				endQuiet(sid)
+			}
+			return
+		}
+	}
+}
+
+// endQuiet makes sid's entry not quiet: its next request asks the host.
+// When another VM keeps writing the entry, that VM's storeQuiet sees the
+// reason (the kept directives) itself.
+func endQuiet(sid string) {
+	key := quietKey(sid)
+	if key == "" {
+		return
+	}
+	for range casRetries {
+		e, cas, ok := loadQuiet(key)
+		if !ok || e.until == 0 {
+			return
+		}
+		e.until = 0
 		if proxywasm.SetSharedData(key, e.encode(), cas) == nil {
 			return
 		}

@@ -258,3 +258,57 @@ func nonCanonicalInts(raw []byte) bool {
 	}
 	return false
 }
+
+// TestKeptDirectiveEndsTheQuietWindow: a directive kept while the host
+// was unreachable goes with the session's very next request, however
+// quiet the session was; also when a prepare answered after the keeping
+// (sent before it) says the session is quiet.
+func TestKeptDirectiveEndsTheQuietWindow(t *testing.T) {
+	e := newSkipEnv(t, `{"token":"tok"}`)
+	const gen = 7
+	quiet := hostapi.PrepareResponse{Tools: []string{hostapi.ClockToolName}, Generation: gen, QuietMs: 600_000}
+	e.request("s1", "hi", quiet)
+	e.answerPoll(gen)
+	e.request("s1", "learn", quiet)
+	if skipped, _ := e.request("s1", "quiet", quiet); !skipped {
+		t.Fatal("the session is not quiet")
+	}
+	keepOne := func() string {
+		e.send(llm.Chat, `{"messages":[{"role":"user","content":"<**stopMessage:\"go on\",3**> x"}]}`, [2]string{"x-chime-session", "s1"})
+		_, p := e.lastPrepare()
+		e.fail(nil, "") // a timeout: failed open, the directive kept
+		return p.RequestID
+	}
+	nextCarries := func(kept string) {
+		t.Helper()
+		if skipped, _ := e.request("s1", "next", quiet); skipped {
+			t.Fatal("the request after a kept directive skipped prepare")
+		}
+		// request answered it with quiet; the kept directive went with it.
+		p := e.calls(hostapi.PathPrepare)
+		var prep hostapi.PrepareRequest
+		if err := json.Unmarshal(p[len(p)-1].Body, &prep); err != nil {
+			t.Fatal(err)
+		}
+		if len(prep.Kept) != 1 || prep.Kept[0].RequestID != kept {
+			t.Fatalf("the next prepare carries %+v, want the kept %s", prep.Kept, kept)
+		}
+	}
+	nextCarries(keepOne())
+	if skipped, _ := e.request("s1", "quiet again", quiet); !skipped {
+		t.Fatal("not quiet again once the kept directive was delivered")
+	}
+
+	// A prepare sent before the keeping and answered after it: its quiet
+	// answer must not hide what was kept meanwhile.
+	*e.now = e.now.Add(11 * time.Minute) // the quiet window is over
+	e.h.Tick()
+	e.answerPoll(gen)
+	early := e.send(llm.Chat, `{"messages":[{"role":"user","content":"early"}]}`, [2]string{"x-chime-session", "s1"})
+	earlyCall, _ := e.lastPrepare()
+	kept := keepOne()
+	b, _ := json.Marshal(quiet)
+	e.h.CallOnHttpCallResponse(earlyCall.ID, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, b, nil)
+	e.forwarded(early)
+	nextCarries(kept)
+}
