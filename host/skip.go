@@ -37,6 +37,7 @@ type generations struct {
 type pollInstance struct {
 	reported int64     // the generation it said it knows in its latest poll
 	seen     time.Time // when the host last received one of its polls
+	polls    uint64    // how many of its polls the host received
 }
 
 // maxPollInstances bounds the registry: instance ids come from the
@@ -65,8 +66,9 @@ func (g *generations) bump() {
 	g.mu.Unlock()
 }
 
-// note records a poll of instance id reporting known, at now.
-func (g *generations) note(id string, known int64) {
+// note records a poll of instance id reporting known, at now, and
+// returns the poll's number for abandoned.
+func (g *generations) note(id string, known int64) uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	in := g.inst[id]
@@ -79,8 +81,27 @@ func (g *generations) note(id string, known int64) {
 	}
 	in.reported = max(in.reported, known)
 	in.seen = g.clock.Now()
+	in.polls++
 	close(g.polled)
 	g.polled = make(chan struct{})
+	return in.polls
+}
+
+// abandoned forgets instance id when the poll numbered n, its latest, was
+// given up by the filter's side before it was answered: the proxy failed
+// the call (a timeout, a reset), and a filter drops its trust on a failed
+// poll before the proxy lets go of the connection; or the VM went away (a
+// configuration change, the local runtime's switch to compiled VMs), and
+// will never skip again. Without this an API call would wait out the
+// lapse for an instance that is gone. A later poll registers it again.
+func (g *generations) abandoned(id string, n uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if in := g.inst[id]; in != nil && in.polls == n {
+		delete(g.inst, id)
+		close(g.polled) // a settle waiting for it looks again
+		g.polled = make(chan struct{})
+	}
 }
 
 // lapse is how long after the host last received a poll of an instance
@@ -102,7 +123,7 @@ func (g *generations) dropLapsed() {
 // current generation, otherwise when it moves, after
 // hostapi.GenerationHold, or when ctx ends.
 func (g *generations) poll(ctx context.Context, id string, known int64) int64 {
-	g.note(id, known)
+	n := g.note(id, known)
 	g.mu.Lock()
 	bumped := g.bumped
 	g.mu.Unlock()
@@ -112,6 +133,7 @@ func (g *generations) poll(ctx context.Context, id string, known int64) int64 {
 		case <-bumped:
 		case <-t.Chan():
 		case <-ctx.Done():
+			g.abandoned(id, n)
 		}
 		t.Stop()
 	}

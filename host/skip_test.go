@@ -141,6 +141,72 @@ func TestSettleReturnsWhenAllReport(t *testing.T) {
 	g.settle(context.Background(), g.current())
 }
 
+// TestSettleForgetsAnAbandonedPoll: an instance whose held poll the
+// proxy gave up (its VM went away, or the call failed, which drops the
+// filter's trust) is not waited for; one that polled again since is.
+func TestSettleForgetsAnAbandonedPoll(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(t0)
+	g := newGenerations(clk, t0)
+	known := func(id string) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.inst[id] != nil
+	}
+
+	// A held poll given up: the instance is forgotten, and a change
+	// settles without waiting out the lapse for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	go func() { g.poll(ctx, "retired", g.current()); close(returned) }()
+	if err := clk.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-returned
+	if known("retired") {
+		t.Fatal("an instance whose poll was given up is still waited for")
+	}
+	g.bump()
+	g.settle(t.Context(), g.current()) // returns: nobody to wait for
+
+	// A poll answered (not given up) keeps the instance.
+	answered := make(chan struct{})
+	go func() { g.poll(context.Background(), "live", g.current()); close(answered) }()
+	if err := clk.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	g.bump()
+	<-answered
+	if !known("live") {
+		t.Fatal("an answered poll's instance was forgotten")
+	}
+
+	// Only the latest poll's abandonment counts: one that polled since is
+	// still waited for. A settle waiting for the instance ends when it is
+	// forgotten.
+	first := g.note("w", g.current())
+	latest := g.note("w", g.current())
+	g.note("live", g.current()+1)
+	g.bump()
+	done := make(chan struct{})
+	go func() { g.settle(context.Background(), g.current()); close(done) }()
+	if err := clk.BlockUntilContext(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	g.abandoned("w", first)
+	if !known("w") {
+		t.Fatal("an older poll's abandonment forgot an instance that polled since")
+	}
+	g.note("live", g.current())
+	select {
+	case <-done:
+		t.Fatal("settled while w still trusts an older generation")
+	default:
+	}
+	g.abandoned("w", latest)
+	<-done
+}
+
 func TestQuietMs(t *testing.T) {
 	f := newFixture(t)
 	ans := f.prepare(t, hostapi.PrepareRequest{RequestID: "r0"})
