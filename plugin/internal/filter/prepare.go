@@ -166,6 +166,7 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	}
 	p.failOpen.inc()
 	p.noteFailOpen(reason)
+	h.routeWithoutAnswer(h.sessionID)
 	p.keepDirectives(h.prep) // the client gets its 200: the directives must not vanish
 	h.rewrite(nil)
 	return proxywasm.ActionContinue

@@ -54,6 +54,7 @@ type httpContext struct {
 	requestHeaders [][2]string // the client's, for followupHeaders
 	sessionID      string
 	pinnedRoute    string // the session's pinned route as this request knows it (route.go)
+	routePending   bool   // held headers wait for the body to settle the route (route.go)
 	streaming      bool   // the client asked for SSE
 	sentBody       []byte // the body as forwarded upstream; nil = not ours to resolve
 	mayContinue    bool   // prepare said a stop/length finish is worth a resolve
@@ -217,6 +218,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	if err != nil {
 		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
 		h.prepareSettled()
+		h.routeWithoutAnswer("")
 		return proxywasm.ActionContinue
 	}
 	h.bodyIn = body
@@ -225,6 +227,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	if err != nil {
 		h.plugin.doneWith(spare)
 		h.prepareSettled()
+		h.routeWithoutAnswer("")
 		h.forwardMalformed(err.Error())
 		return proxywasm.ActionContinue
 	}

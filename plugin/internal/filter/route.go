@@ -74,13 +74,36 @@ func setRouteHeader(route string) error {
 // routeAtHeaders sets the session's cached route on the request. It
 // reports whether the filter should hold the headers for the body
 // (allowOnHeadersStopIteration and a body follows).
+//
+// Held headers get their route when the body is in: a quiet entry's or
+// the prepare answer's (routeFromAnswer), or the cached one when there is
+// no answer (routeWithoutAnswer). Reading the cache here as well would
+// cost every request a shared-data read for the few sessions with a route.
 func (h *httpContext) routeAtHeaders(endOfStream bool) bool {
+	if h.plugin.cfg.AllowOnHeadersStopIteration && !endOfStream {
+		h.routePending = true
+		return true
+	}
 	if h.pinnedRoute = cachedRoute(h.headerSessionID()); h.pinnedRoute != "" {
 		if err := setRouteHeader(h.pinnedRoute); err != nil {
 			proxywasm.LogDebugf("chime: request %s: set %s: %v", h.requestID, hostapi.HeaderRoute, err)
 		}
 	}
-	return h.plugin.cfg.AllowOnHeadersStopIteration && !endOfStream
+	return false
+}
+
+// routeWithoutAnswer gives held headers the route cached for session sid
+// (the headers' session when sid is empty) when the body brought no
+// answer: the host failed and the request fails open, or the body is
+// forwarded as it came.
+func (h *httpContext) routeWithoutAnswer(sid string) {
+	if !h.routePending {
+		return
+	}
+	if sid == "" {
+		sid = h.headerSessionID()
+	}
+	h.routeFromAnswer(cachedRoute(sid), false)
 }
 
 // routeFromAnswer takes the route of a prepare answer: cached for the
@@ -89,6 +112,7 @@ func (h *httpContext) routeAtHeaders(endOfStream bool) bool {
 // A skipped request passes cache false: its route is a quiet entry's,
 // learnt from the prepare answer that cached it.
 func (h *httpContext) routeFromAnswer(route string, cache bool) {
+	h.routePending = false
 	if cache {
 		cacheRoute(h.sessionID, route)
 	}

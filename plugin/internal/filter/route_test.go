@@ -64,12 +64,34 @@ func TestRouteSameRequest(t *testing.T) {
 		t.Errorf("foreign calls %v, want [clear_route_cache]", calls)
 	}
 
-	// <**route:clear**>: the cached route goes on at header time, the
-	// answer removes it from that same request.
+	// Without an answer the held request gets the session's cached route:
+	// failing open, and a body forwarded as it came.
+	for _, c := range []struct {
+		name, body string
+		fail       bool
+	}{{"fail open", `{"model":"m","messages":[{"role":"user","content":"next"}]}`, true}, {"malformed body", `{"messages":[`, false}} {
+		id := e.h.InitializeHttpContext()
+		e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, sessionHeader), false)
+		if got := e.h.CallOnRequestBody(id, []byte(c.body), true); c.fail {
+			e.fail(nil, "")
+			e.forwarded(id)
+		} else if got != proxywasm.ActionContinue {
+			t.Fatalf("%s: body action %v", c.name, got)
+		}
+		if v, _ := header(e.h.GetRequestHeaders(id), hostapi.HeaderRoute); v != "fast" {
+			t.Errorf("%s: %s = %q, want the cached fast", c.name, hostapi.HeaderRoute, v)
+		}
+	}
+	if calls := e.h.ForeignCalls(); len(calls) != 3 {
+		t.Errorf("foreign calls %v, want clear_route_cache for each routed request", calls)
+	}
+
+	// <**route:clear**>: held headers get no route before the body, and the
+	// answer leaves it off.
 	id2 := e.h.InitializeHttpContext()
 	e.h.CallOnRequestHeaders(id2, reqHeaders(llm.Chat, sessionHeader), false)
-	if v, _ := header(e.h.GetRequestHeaders(id2), hostapi.HeaderRoute); v != "fast" {
-		t.Errorf("cached route at header time = %q", v)
+	if v, ok := header(e.h.GetRequestHeaders(id2), hostapi.HeaderRoute); ok {
+		t.Errorf("held headers routed before the body: %q", v)
 	}
 	e.h.CallOnRequestBody(id2, []byte(`{"model":"m","messages":[{"role":"user","content":"<**route:clear**>"}]}`), true)
 	e.answer(hostapi.PrepareResponse{})
@@ -86,6 +108,30 @@ func TestRouteSameRequest(t *testing.T) {
 	e.forwarded(id3)
 	if v, ok := header(e.h.GetRequestHeaders(id3), hostapi.HeaderRoute); ok {
 		t.Errorf("failed prepare set %s %q", hostapi.HeaderRoute, v)
+	}
+}
+
+// TestSkippedRequestTakesTheQuietRoute: a request that skips prepare with
+// held headers is routed by its quiet entry, as its prepare would have.
+func TestSkippedRequestTakesTheQuietRoute(t *testing.T) {
+	e := newSkipEnv(t, `{"token":"tok","allowOnHeadersStopIteration":true}`)
+	const gen = 3
+	send := func(text string) uint32 {
+		id := e.h.InitializeHttpContext()
+		e.h.CallOnRequestHeaders(id, reqHeaders(llm.Chat, sessionHeader), false)
+		e.h.CallOnRequestBody(id, []byte(`{"model":"m","messages":[{"role":"user","content":"`+text+`"}]}`), true)
+		return id
+	}
+	send("first")
+	e.answer(hostapi.PrepareResponse{Generation: gen, QuietMs: 60_000, Route: "fast"})
+	e.answerPoll(gen)
+	prepares := len(e.calls(hostapi.PathPrepare))
+	id := send("second")
+	if len(e.calls(hostapi.PathPrepare)) != prepares {
+		t.Fatal("the quiet session's request was prepared")
+	}
+	if v, _ := header(e.h.GetRequestHeaders(id), hostapi.HeaderRoute); v != "fast" {
+		t.Errorf("skipped request %s = %q, want fast", hostapi.HeaderRoute, v)
 	}
 }
 
