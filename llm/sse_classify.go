@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"slices"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -39,7 +40,7 @@ func (s *classifyState) general(p Protocol, ev *Event) {
 		ev.Type = ev.Name
 		return
 	}
-	root := gjson.ParseBytes(ev.Data)
+	root := gjson.Parse(frozenString(ev.Data))
 	if !root.IsObject() {
 		ev.Type = ev.Name
 		return
@@ -96,7 +97,7 @@ func messagesTextDelta(ev *Event) bool {
 	if bytes.IndexByte(lit, '\\') >= 0 {
 		text = gjson.ParseBytes(lit).String()
 	} else {
-		text = string(lit[1 : len(lit)-1])
+		text = frozenString(lit[1 : len(lit)-1])
 	}
 	ev.Type, ev.Index = "content_block_delta", index
 	if text != "" {
@@ -340,3 +341,9 @@ func errorText(e gjson.Result) string {
 	}
 	return e.String()
 }
+
+// frozenString is b as a string without a copy. b must never be written
+// again: it is an event's bytes, which the StreamReader keeps in its
+// arena (dispatch) or builds once, and which nothing writes. The strings
+// gjson and the classifier cut from it then need no copies either.
+func frozenString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -127,6 +127,12 @@ type StreamReader struct {
 	closed bool
 	err    error
 	st     classifyState
+	evs    []Event // Feed's result, reused by the next Feed
+	// arena holds the events' bytes, copied out of buf: one allocation for
+	// many events instead of one each (in the wasm filter each costs about
+	// as much as reading the event). Bytes once written are never written
+	// again, so events, and strings made from them, may point into it.
+	arena []byte
 }
 
 // NewStreamReader returns a reader for protocol p's SSE framing.
@@ -135,7 +141,8 @@ func NewStreamReader(p Protocol) *StreamReader {
 }
 
 // Feed consumes the next chunk and returns the events it completed. The
-// chunk is not retained.
+// chunk is not retained. The returned slice (not the events in it) is
+// reused by the next Feed.
 func (r *StreamReader) Feed(chunk []byte) ([]Event, error) {
 	if r.err != nil {
 		return nil, r.err
@@ -144,7 +151,9 @@ func (r *StreamReader) Feed(chunk []byte) ([]Event, error) {
 		return nil, errors.New("llm: Feed after Close")
 	}
 	r.buf = append(r.buf, chunk...)
-	evs := r.scan(nil)
+	clear(r.evs) // the previous events belong to the caller now
+	evs := r.scan(r.evs[:0])
+	r.evs = evs
 	if r.err == nil && len(r.buf) > MaxEventBytes {
 		r.err = ErrEventTooLarge
 	}
@@ -258,12 +267,57 @@ func (r *StreamReader) field(start, end int) {
 	}
 }
 
+// Arena blocks start small (most answers are a few KB) and double up to
+// arenaMax; a larger event gets a block of its own size.
+const (
+	arenaMin = 1 << 10
+	arenaMax = 64 << 10
+)
+
+// keep copies b into the arena and returns the copy, capped so an append
+// to it never writes into the arena.
+func (r *StreamReader) keep(b []byte) []byte {
+	if cap(r.arena)-len(r.arena) < len(b) {
+		r.arena = make([]byte, 0, max(len(b), min(2*cap(r.arena), arenaMax), arenaMin))
+	}
+	at := len(r.arena)
+	r.arena = append(r.arena, b...)
+	return r.arena[at : at+len(b) : at+len(b)]
+}
+
+// eventNames are the event field values the protocols send, so that
+// naming an event costs no allocation.
+var eventNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{
+		"message_start", "content_block_start", "content_block_delta", "content_block_stop",
+		"message_delta", "message_stop", "ping", "error",
+		"response.created", "response.in_progress", "response.output_item.added", "response.output_item.done",
+		"response.content_part.added", "response.content_part.done", "response.output_text.delta",
+		"response.output_text.done", "response.function_call_arguments.delta",
+		"response.function_call_arguments.done", "response.reasoning_summary_text.delta",
+		"response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
+		"response.reasoning_summary_text.done", "response.completed", "response.incomplete", "response.failed",
+	} {
+		m[n] = n
+	}
+	return m
+}()
+
+// eventName is string(b), without an allocation for a known name.
+func eventName(b []byte) string {
+	if n, ok := eventNames[string(b)]; ok {
+		return n
+	}
+	return string(b)
+}
+
 // dispatch turns buf[:n] into an Event and drops it from the buffer.
 func (r *StreamReader) dispatch(n int) Event {
-	raw := bytes.Clone(r.buf[:n])
+	raw := r.keep(r.buf[:n])
 	ev := Event{Raw: raw, Index: -1}
 	if r.name[1] > r.name[0] {
-		ev.Name = string(raw[r.name[0]:r.name[1]])
+		ev.Name = eventName(raw[r.name[0]:r.name[1]])
 	}
 	switch len(r.data) {
 	case 0:

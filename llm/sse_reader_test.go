@@ -3,7 +3,10 @@ package llm
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -279,5 +282,53 @@ func TestStreamReaderLongCROnlyInput(t *testing.T) {
 	}
 	if got, _ := buildTurn(evs); len(got.Text) != 20000 {
 		t.Errorf("text length %d", len(got.Text))
+	}
+}
+
+// TestEventsOutliveLaterFeeds: an event Feed returned keeps its bytes and
+// strings however many events and chunks follow (the reader reuses its
+// result slice and packs events into shared blocks).
+func TestEventsOutliveLaterFeeds(t *testing.T) {
+	for _, name := range []string{"messages_tool.sse", "messages_think.sse", "responses_tool.sse", "chat_tools.sse"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "responses", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Messages
+		switch {
+		case strings.HasPrefix(name, "responses"):
+			p = Responses
+		case strings.HasPrefix(name, "chat"):
+			p = Chat
+		}
+		type kept struct {
+			ev                      Event
+			raw, data, text, evName string
+		}
+		var held []kept
+		r := NewStreamReader(p)
+		for i := 0; i < len(data); i += 7 { // small chunks: many Feeds
+			evs, err := r.Feed(data[i:min(i+7, len(data))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				held = append(held, kept{ev, string(ev.Raw), string(ev.Data), ev.Text, ev.Name})
+			}
+		}
+		// Many more events after: each must leave the held ones alone.
+		for range 200 {
+			if _, err := r.Feed([]byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(held) < 3 {
+			t.Fatalf("%s: %d events", name, len(held))
+		}
+		for i, k := range held {
+			if string(k.ev.Raw) != k.raw || string(k.ev.Data) != k.data || k.ev.Text != k.text || k.ev.Name != k.evName {
+				t.Fatalf("%s: event %d changed after later feeds", name, i)
+			}
+		}
 	}
 }
