@@ -218,7 +218,8 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 		return proxywasm.ActionContinue
 	}
 	evs, err := r.reader.Feed(chunk)
-	out := h.route(evs, nil)
+	// Built in a reused buffer; both go back once the host has the bytes.
+	out := h.route(evs, proxywasm.BodyBuffer(len(chunk)))
 	if err != nil {
 		// The reader cannot go on (an event over llm.MaxEventBytes): end the
 		// client's stream cleanly with what it has and drop the rest.
@@ -226,11 +227,11 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 		r.orig = r.turn.Turn()
 		out = append(out, h.sseEnding(nil)...)
 		r.mode = respDrain
-		h.emit(chunk, out, size)
+		h.emitAndRecycle(chunk, out, size)
 		return proxywasm.ActionContinue
 	}
 	if !endOfStream {
-		h.emit(chunk, out, size)
+		h.emitAndRecycle(chunk, out, size)
 		return proxywasm.ActionContinue
 	}
 	r.mode = respPass
@@ -244,13 +245,14 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 	if h.needsResolve(complete) && h.resolve(true) {
 		r.paused = out
 		h.emit(chunk, out, size)
+		proxywasm.RecycleBuffer(chunk)
 		return proxywasm.ActionPause
 	}
 	if complete {
 		h.sendTemplate()
 	}
 	out = append(out, h.sseEnding(nil)...)
-	h.emit(chunk, out, size)
+	h.emitAndRecycle(chunk, out, size)
 	return proxywasm.ActionContinue
 }
 
@@ -529,6 +531,14 @@ func (h *httpContext) emit(chunk, out []byte, size int) {
 		return
 	}
 	h.replaceResponse(out)
+}
+
+// emitAndRecycle is emit, then hands chunk and out back for reuse: the
+// reader copied what it keeps of chunk, and the host has out.
+func (h *httpContext) emitAndRecycle(chunk, out []byte, size int) {
+	h.emit(chunk, out, size)
+	proxywasm.RecycleBuffer(chunk)
+	proxywasm.RecycleBuffer(out)
 }
 
 func (h *httpContext) replaceResponse(b []byte) {
