@@ -264,20 +264,20 @@ func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 				if e < 0 {
 					return -1
 				}
-				switch {
-				case reqscan.KeyIs(key, "role"):
+				switch messageKey(key) {
+				case keyRole:
 					role = span{s, e}
-				case reqscan.KeyIs(key, "type"):
+				case keyType:
 					typ = span{s, e}
-				case reqscan.KeyIs(key, "content"):
+				case keyContent:
 					m.content = span{s, e}
 				}
 				return e
 			})
 			if m.e >= 0 {
-				m.user = role.ok() && stringIs(b[role.s:role.e], "user")
-				m.system = role.ok() && stringIs(b[role.s:role.e], "system")
-				m.model = r.modelItem(role, typ)
+				who := roleOf(b, role)
+				m.user, m.system = who == roleUser, who == roleSystem
+				m.model = r.modelItemOf(who == roleAssistant, typ)
 			}
 		} else {
 			m.e = ck.Value(es, 2)
@@ -289,6 +289,83 @@ func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 		r.msgs = append(r.msgs, m)
 		return m.e
 	})
+}
+
+// The member keys indexList reads. A message has a few keys and there
+// are hundreds of messages: one switch on the length settles most keys
+// without comparing them three times (each comparison is a call in wasm).
+const (
+	keyOther = iota
+	keyRole
+	keyType
+	keyContent
+)
+
+// messageKey classifies a raw (still escaped) member key of a message.
+func messageKey(key []byte) int {
+	switch len(key) {
+	case 4: // an escape is longer than its character: only these bytes match
+		switch string(key) {
+		case "role":
+			return keyRole
+		case "type":
+			return keyType
+		}
+		return keyOther
+	case 7:
+		if string(key) == "content" {
+			return keyContent
+		}
+		return keyOther
+	}
+	if len(key) < 4 || bytes.IndexByte(key, '\\') < 0 {
+		return keyOther
+	}
+	switch {
+	case reqscan.KeyIs(key, "role"):
+		return keyRole
+	case reqscan.KeyIs(key, "type"):
+		return keyType
+	case reqscan.KeyIs(key, "content"):
+		return keyContent
+	}
+	return keyOther
+}
+
+// The roles indexList tells apart.
+const (
+	roleOther = iota
+	roleUser
+	roleSystem
+	roleAssistant
+)
+
+// roleOf classifies the role value at sp (absent or not a string: other).
+func roleOf(b []byte, sp span) int {
+	if !sp.ok() {
+		return roleOther
+	}
+	raw := b[sp.s:sp.e]
+	switch string(raw) {
+	case `"user"`:
+		return roleUser
+	case `"assistant"`:
+		return roleAssistant
+	case `"system"`:
+		return roleSystem
+	}
+	if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw, '\\') < 0 {
+		return roleOther
+	}
+	switch s, _ := reqscan.Unquote(raw); s {
+	case "user":
+		return roleUser
+	case "assistant":
+		return roleAssistant
+	case "system":
+		return roleSystem
+	}
+	return roleOther
 }
 
 // stringIs reports whether raw is a JSON string literal decoding to want.

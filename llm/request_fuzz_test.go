@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/chimehq/chime/llm/internal/reqscan"
 )
 
 // requestSeeds are the saved SDK captures plus hand-written odd shapes.
@@ -156,6 +158,43 @@ func FuzzRequestReuse(f *testing.F) {
 			if gotDirs[i].Raw != wantDirs[i].Raw || gotDirs[i].Position != wantDirs[i].Position {
 				t.Fatalf("directive %d: reused %+v, fresh %+v", i, gotDirs[i], wantDirs[i])
 			}
+		}
+	})
+}
+
+// FuzzMessageKeyAndRole: indexList's shortcuts classify keys and roles
+// exactly as decoding them would.
+func FuzzMessageKeyAndRole(f *testing.F) {
+	for _, s := range []string{"role", "type", "content", `\u0072ole`, `t\u0079pe`, `conten\u0074`, "rolex", "", `"user"`,
+		`"assistant"`, `"system"`, `"\u0075ser"`, `"s\u0079stem"`, `"assistan\u0074"`, `"other"`, `"user`, `7`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		// Keys are the inside of a validated string, roles a validated value.
+		isKey := json.Valid(append(append([]byte{'"'}, raw...), '"'))
+		want := keyOther
+		switch {
+		case reqscan.KeyIs(raw, "role"):
+			want = keyRole
+		case reqscan.KeyIs(raw, "type"):
+			want = keyType
+		case reqscan.KeyIs(raw, "content"):
+			want = keyContent
+		}
+		if got := messageKey(raw); isKey && got != want {
+			t.Fatalf("messageKey(%q) = %d, want %d", raw, got, want)
+		}
+		wantRole := roleOther
+		switch {
+		case stringIs(raw, "user"):
+			wantRole = roleUser
+		case stringIs(raw, "assistant"):
+			wantRole = roleAssistant
+		case stringIs(raw, "system"):
+			wantRole = roleSystem
+		}
+		if got := roleOf(raw, span{0, len(raw)}); json.Valid(raw) && got != wantRole {
+			t.Fatalf("roleOf(%q) = %d, want %d", raw, got, wantRole)
 		}
 	})
 }

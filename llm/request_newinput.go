@@ -69,11 +69,10 @@ func (r *Request) newInputStart() int {
 	return 0
 }
 
-// modelItem reports whether a list element with these "role" and "type"
-// values (spans into the body, noSpan when absent) was produced by the
-// model; see the rules above.
-func (r *Request) modelItem(role, typ span) bool {
-	isAssistant := role.ok() && stringIs(r.body[role.s:role.e], "assistant")
+// modelItemOf reports whether a list element whose "role" is or is not
+// "assistant", with this "type" value (a span into the body, noSpan when
+// absent), was produced by the model; see the rules above.
+func (r *Request) modelItemOf(isAssistant bool, typ span) bool {
 	if r.proto != Responses {
 		return isAssistant
 	}
