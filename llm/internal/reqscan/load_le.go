@@ -10,3 +10,8 @@ import "unsafe"
 func load64(b []byte, i int) uint64 {
 	return *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), i))
 }
+
+// load64s is load64 for a string.
+func load64s(s string, i int) uint64 {
+	return *(*uint64)(unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), i))
+}

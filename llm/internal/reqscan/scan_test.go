@@ -225,3 +225,40 @@ func TestKeyIs(t *testing.T) {
 		}
 	}
 }
+
+// appendQuoteByBytes is AppendQuote byte by byte, as it was before the
+// word-at-a-time skip: the oracle of FuzzAppendQuote.
+func appendQuoteByBytes(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+// FuzzAppendQuote: the quoted form is exactly the byte-by-byte one for
+// any text (escapes at every offset of a word, invalid UTF-8, controls).
+func FuzzAppendQuote(f *testing.F) {
+	for _, s := range []string{"", "plain text longer than a word", "[Time/Date]: utc=`2026-02-02T21:22:38.229Z`",
+		"0123456\"", "01234567\\", "\x00\x1f\x7f\xff", "ab\ncd\tef\rgh\"ij\\kl", "é→日本語 and \x01 after eight"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := string(AppendQuote([]byte("x"), s)), string(appendQuoteByBytes([]byte("x"), s)); got != want {
+			t.Fatalf("AppendQuote(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
