@@ -127,30 +127,70 @@ func intOr(v gjson.Result, def int) int {
 	return int(v.Int())
 }
 
+// members sets out[i] to the first member of obj named names[i] (zero
+// when absent), in one pass over obj: a Get per name scans the object
+// from its start each time, which the wasm guest paid on every streamed
+// event (a Chat chunk took eight scans).
+func members(obj gjson.Result, out []gjson.Result, names ...string) {
+	if !obj.IsObject() {
+		return
+	}
+	left := len(names)
+	obj.ForEach(func(k, v gjson.Result) bool {
+		for i, n := range names {
+			if k.Str == n && !out[i].Exists() {
+				out[i] = v
+				left--
+				break
+			}
+		}
+		return left > 0
+	})
+}
+
+// eachOf calls fn for each element v.Array() would return, until fn
+// returns false, without building the slice.
+func eachOf(v gjson.Result, fn func(gjson.Result) bool) {
+	switch {
+	case v.Type == gjson.Null:
+	case v.IsArray():
+		v.ForEach(func(_, e gjson.Result) bool { return fn(e) })
+	default:
+		fn(v)
+	}
+}
+
 func (s *classifyState) chat(root gjson.Result, ev *Event) {
-	ev.Type = root.Get("object").String()
-	if e := root.Get("error"); e.Exists() {
+	var f [6]gjson.Result
+	members(root, f[:], "object", "error", "id", "model", "choices", "usage")
+	object, errv, id, model, choices, usage := f[0], f[1], f[2], f[3], f[4], f[5]
+	ev.Type = object.String()
+	if errv.Exists() {
 		ev.Kind = KindError
-		ev.ErrorMessage = errorText(e)
+		ev.ErrorMessage = errorText(errv)
 		return
 	}
 	if !s.started {
 		s.started = true
 		ev.Kind |= KindStart
-		ev.ID = root.Get("id").String()
-		ev.Model = root.Get("model").String()
+		ev.ID = id.String()
+		ev.Model = model.String()
 	}
-	for _, choice := range root.Get("choices").Array() {
-		if choice.Get("index").Int() != 0 {
-			continue // only the first choice is canonical (n>1 is not supported)
+	eachOf(choices, func(choice gjson.Result) bool {
+		var c [3]gjson.Result
+		members(choice, c[:], "index", "delta", "finish_reason")
+		if c[0].Int() != 0 {
+			return true // only the first choice is canonical (n>1 is not supported)
 		}
 		ev.Index = 0
-		delta := choice.Get("delta")
-		if c := delta.Get("content"); c.Type == gjson.String && c.Str != "" {
+		delta := c[1]
+		var d [2]gjson.Result
+		members(delta, d[:], "content", "tool_calls")
+		if c := d[0]; c.Type == gjson.String && c.Str != "" {
 			ev.Kind |= KindTextDelta
 			ev.Text = c.Str
 		}
-		for _, tc := range delta.Get("tool_calls").Array() {
+		for _, tc := range d[1].Array() {
 			cd := CallDelta{Index: int(tc.Get("index").Int()), ID: tc.Get("id").String()}
 			fn := tc.Get("function")
 			cd.Name = fn.Get("name").String()
@@ -166,14 +206,14 @@ func (s *classifyState) chat(root gjson.Result, ev *Event) {
 		if extra := chatExtraFields(delta); extra != "" {
 			ev.PartKind, ev.Part = PartFields, extra
 		}
-		if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+		if fr := c[2]; fr.Type == gjson.String && fr.Str != "" {
 			ev.Kind |= KindFinish
 			ev.Finish = Finish{Reason: classifyFinish(Chat, fr.Str), Raw: fr.Str}
 		}
-		break
-	}
-	if u := root.Get("usage"); u.IsObject() {
-		s.setUsage(ev, intOr(u.Get("prompt_tokens"), -1), intOr(u.Get("completion_tokens"), -1))
+		return false
+	})
+	if usage.IsObject() {
+		s.setUsage(ev, intOr(usage.Get("prompt_tokens"), -1), intOr(usage.Get("completion_tokens"), -1))
 	}
 }
 

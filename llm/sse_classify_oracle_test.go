@@ -1,0 +1,102 @@
+package llm
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// chatByGet is classifyState.chat as it was, one gjson Get per field:
+// the oracle of FuzzChatClassify.
+func (s *classifyState) chatByGet(root gjson.Result, ev *Event) {
+	ev.Type = root.Get("object").String()
+	if e := root.Get("error"); e.Exists() {
+		ev.Kind = KindError
+		ev.ErrorMessage = errorText(e)
+		return
+	}
+	if !s.started {
+		s.started = true
+		ev.Kind |= KindStart
+		ev.ID = root.Get("id").String()
+		ev.Model = root.Get("model").String()
+	}
+	for _, choice := range root.Get("choices").Array() {
+		if choice.Get("index").Int() != 0 {
+			continue // only the first choice is canonical (n>1 is not supported)
+		}
+		ev.Index = 0
+		delta := choice.Get("delta")
+		if c := delta.Get("content"); c.Type == gjson.String && c.Str != "" {
+			ev.Kind |= KindTextDelta
+			ev.Text = c.Str
+		}
+		for _, tc := range delta.Get("tool_calls").Array() {
+			cd := CallDelta{Index: int(tc.Get("index").Int()), ID: tc.Get("id").String()}
+			fn := tc.Get("function")
+			cd.Name = fn.Get("name").String()
+			cd.Arguments = fn.Get("arguments").String()
+			if cd.ID != "" || cd.Name != "" {
+				ev.Kind |= KindToolCallStart
+			}
+			if cd.Arguments != "" {
+				ev.Kind |= KindToolCallArgs
+			}
+			ev.Calls = append(ev.Calls, cd)
+		}
+		if extra := chatExtraFields(delta); extra != "" {
+			ev.PartKind, ev.Part = PartFields, extra
+		}
+		if fr := choice.Get("finish_reason"); fr.Type == gjson.String && fr.Str != "" {
+			ev.Kind |= KindFinish
+			ev.Finish = Finish{Reason: classifyFinish(Chat, fr.Str), Raw: fr.Str}
+		}
+		break
+	}
+	if u := root.Get("usage"); u.IsObject() {
+		s.setUsage(ev, intOr(u.Get("prompt_tokens"), -1), intOr(u.Get("completion_tokens"), -1))
+	}
+}
+
+// FuzzChatClassify: reading a Chat chunk's members in one pass classifies
+// it exactly as a Get per field did, for any event data.
+func FuzzChatClassify(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "chat_*.sse"))
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				f.Add([]byte(d), false)
+				f.Add([]byte(d), true)
+			}
+		}
+	}
+	for _, d := range []string{`{"choices":{"index":0,"delta":{"content":"x"}}}`, `{"choices":"x"}`, `{"choices":null}`,
+		`{"object":"a","object":"b","choices":[{"index":1},{"index":0,"delta":{"content":"y","content":"z"},"finish_reason":"stop"}]}`,
+		`{"error":{"message":"m"}}`, `{"obj\u0065ct":"e","usage":{"prompt_tokens":3}}`, `{"choices":[{"delta":"s","index":0}]}`} {
+		f.Add([]byte(d), false)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, started bool) {
+		if !gjson.ValidBytes(data) {
+			return
+		}
+		root := gjson.ParseBytes(data)
+		if !root.IsObject() {
+			return
+		}
+		a, b := classifyState{started: started}, classifyState{started: started}
+		var got, want Event
+		a.chat(root, &got)
+		b.chatByGet(root, &want)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s:\n got %+v\nwant %+v", data, got, want)
+		}
+	})
+}
