@@ -31,6 +31,9 @@ func (s *classifyState) classify(p Protocol, ev *Event) {
 	if p == Messages && messagesTextDelta(ev) {
 		return
 	}
+	if p == Chat && s.started && chatTextDelta(ev) {
+		return
+	}
 	s.general(p, ev)
 }
 
@@ -105,6 +108,141 @@ func messagesTextDelta(ev *Event) bool {
 		ev.Text = text
 	}
 	return true
+}
+
+// The members a Chat text-delta chunk may have (chatTextDelta), as bits
+// of a set, so that a duplicate is seen.
+const (
+	ccID = 1 << iota
+	ccObject
+	ccCreated
+	ccModel
+	ccServiceTier
+	ccFingerprint
+	ccChoices
+	ccUsage
+	ccObfuscation
+	ccIndex
+	ccDelta
+	ccLogprobs
+	ccFinish
+)
+
+var chatChunkMembers = map[string]uint16{
+	"id": ccID, "object": ccObject, "created": ccCreated, "model": ccModel, "service_tier": ccServiceTier,
+	"system_fingerprint": ccFingerprint, "choices": ccChoices, "usage": ccUsage, "obfuscation": ccObfuscation,
+	"index": ccIndex, "delta": ccDelta, "logprobs": ccLogprobs, "finish_reason": ccFinish,
+}
+
+// chatTextDelta classifies ev as general would when its data is a Chat
+// chunk of text after the first: top-level members among id, object,
+// created, model, service_tier, system_fingerprint, usage (null) and
+// obfuscation, and one choice of index 0 whose delta holds only content
+// (a string), with logprobs and finish_reason null or absent. Those are
+// most of a streamed answer's events, and general's validation and
+// lookups cost the wasm guest about 12 µs each. It validates as it reads
+// (reqscan) and reports false, leaving ev alone, for anything else.
+func chatTextDelta(ev *Event) bool {
+	d := ev.Data
+	ck := reqscan.NewChecker(d)
+	var seen uint16
+	object, content := span{-1, -1}, span{-1, -1}
+	// member checks one member name: a known one, not seen before, with
+	// no escape (a key with one is left to general).
+	member := func(key []byte) uint16 {
+		bit := chatChunkMembers[string(key)]
+		if bit == 0 || seen&bit != 0 {
+			return 0
+		}
+		seen |= bit
+		return bit
+	}
+	isNull := func(vs int) bool { return vs+4 <= len(d) && string(d[vs:vs+4]) == "null" }
+	top := reqscan.SkipSpace(d, 0)
+	end := ck.Members(top, func(key []byte, vs int) int {
+		switch member(key) {
+		case 0:
+			return -1
+		case ccObject:
+			if vs >= len(d) || d[vs] != '"' {
+				return -1
+			}
+			ve := ck.Value(vs, 1)
+			object = span{vs, ve}
+			return ve
+		case ccUsage:
+			if !isNull(vs) {
+				return -1
+			}
+		case ccChoices:
+			return chatOnlyChoice(ck, d, vs, member, isNull, &content)
+		case ccIndex, ccDelta, ccLogprobs, ccFinish:
+			return -1 // a choice's member at the top
+		}
+		return ck.Value(vs, 1)
+	})
+	if end < 0 || reqscan.SkipSpace(d, end) != len(d) || !object.ok() || !content.ok() {
+		return false
+	}
+	ev.Type = literalText(d[object.s:object.e])
+	ev.Index = 0
+	if text := literalText(d[content.s:content.e]); text != "" {
+		ev.Kind |= KindTextDelta
+		ev.Text = text
+	}
+	return true
+}
+
+// chatOnlyChoice checks the choices array at vs of chatTextDelta: one
+// choice, of index 0, whose delta is {"content": a string}; it sets
+// content and returns the array's end, or -1.
+func chatOnlyChoice(ck *reqscan.Checker, d []byte, vs int, member func([]byte) uint16, isNull func(int) bool, content *span) int {
+	if vs >= len(d) || d[vs] != '[' {
+		return -1
+	}
+	n := 0
+	return reqscan.WalkElements(d, vs, func(es int) int {
+		if n++; n > 1 {
+			return -1
+		}
+		return ck.Members(es, func(key []byte, ms int) int {
+			switch member(key) {
+			case ccIndex:
+				if ms >= len(d) || d[ms] != '0' {
+					return -1
+				}
+				if me := ck.Value(ms, 3); me == ms+1 {
+					return me
+				}
+				return -1
+			case ccLogprobs, ccFinish:
+				if !isNull(ms) {
+					return -1
+				}
+				return ck.Value(ms, 3)
+			case ccDelta:
+				keys := 0
+				return ck.Members(ms, func(key []byte, cs int) int {
+					if keys++; keys > 1 || string(key) != "content" || cs >= len(d) || d[cs] != '"' {
+						return -1
+					}
+					ce := ck.Value(cs, 4)
+					*content = span{cs, ce}
+					return ce
+				})
+			}
+			return -1
+		})
+	})
+}
+
+// literalText is the text of the JSON string literal lit, decoded as gjson
+// decodes it; without escapes, the bytes themselves.
+func literalText(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') >= 0 {
+		return gjson.ParseBytes(lit).String()
+	}
+	return frozenString(lit[1 : len(lit)-1])
 }
 
 // setUsage records usage; in/out < 0 keep the previous value, so each usage

@@ -100,3 +100,59 @@ func FuzzChatClassify(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChatTextDelta: whenever chatTextDelta takes a chunk, it classifies
+// it exactly as general does; and it takes the text chunks of the saved
+// streams.
+func FuzzChatTextDelta(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "chat_*.sse"))
+	taken := 0
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				f.Add([]byte(d))
+				ev := Event{Data: []byte(d), Index: -1}
+				if chatTextDelta(&ev) {
+					taken++
+				}
+			}
+		}
+	}
+	if taken < 3 {
+		f.Fatalf("the fast path took %d chunks of the saved streams", taken)
+	}
+	for _, d := range []string{
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"a\u00e9\n"}}]}`,
+		`{"object":"x","choices":[{"index":0,"delta":{"content":""}}],"usage":null}`,
+		`{"object":"x","object":"y","choices":[{"delta":{"content":"d"}}]}`,
+		`{"object":"x","choices":[{"index":0,"delta":{"content":"d"}},{"index":1}]}`,
+		`{"object":"x","choices":[{"index":00,"delta":{"content":"d"}}]}`,
+		`{"object":"x","choices":[{"index":0,"delta":{"content":"d","role":"assistant"}}]}`,
+		`{"object":"x","choices":[{"index":0,"delta":{"content":"d"},"finish_reason":"stop"}]}`,
+		`{"object":"x","error":{"message":"m"},"choices":[{"index":0,"delta":{"content":"d"}}]}`,
+		` {"object" : "x" , "choices" : [ { "delta" : { "content" : "d" } } ] } `,
+		"{\"object\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xff\xfe\"}}]}",
+		`{"object":"x","choices":[{"index":0,"delta":{"content":"\ud800"}}]}`,
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast := Event{Data: data, Index: -1}
+		if !chatTextDelta(&fast) {
+			if !reflect.DeepEqual(fast, Event{Data: data, Index: -1}) {
+				t.Fatalf("a refused chunk was changed: %+v", fast)
+			}
+			return
+		}
+		st := classifyState{started: true}
+		slow := Event{Data: data, Index: -1}
+		st.general(Chat, &slow)
+		if !reflect.DeepEqual(fast, slow) || !reflect.DeepEqual(st, classifyState{started: true}) {
+			t.Fatalf("%s:\n fast %+v\n slow %+v", data, fast, slow)
+		}
+	})
+}
