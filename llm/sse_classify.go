@@ -34,6 +34,9 @@ func (s *classifyState) classify(p Protocol, ev *Event) {
 	if p == Chat && s.started && chatTextDelta(ev) {
 		return
 	}
+	if p == Responses && responsesTextDelta(ev) {
+		return
+	}
 	s.general(p, ev)
 }
 
@@ -234,6 +237,72 @@ func chatOnlyChoice(ck *reqscan.Checker, d []byte, vs int, member func([]byte) u
 			return -1
 		})
 	})
+}
+
+// The members a Responses text delta may have (responsesTextDelta).
+var responsesDeltaMembers = map[string]uint8{
+	"type": 1 << 0, "sequence_number": 1 << 1, "item_id": 1 << 2, "output_index": 1 << 3,
+	"content_index": 1 << 4, "delta": 1 << 5, "logprobs": 1 << 6, "obfuscation": 1 << 7,
+}
+
+// responsesOutputTextDelta is the type member of a text delta, as sent.
+const responsesOutputTextDelta = `"response.output_text.delta"`
+
+// responsesTextDelta classifies ev as general would when its data is a
+// Responses output_text delta with only the members the API sends
+// (responsesDeltaMembers), the type written plainly, a small plain
+// output_index and a string delta. It validates as it reads (reqscan)
+// and reports false, leaving ev alone, for anything else.
+func responsesTextDelta(ev *Event) bool {
+	d := ev.Data
+	ck := reqscan.NewChecker(d)
+	var seen uint8
+	typeOK, delta, index := false, span{-1, -1}, 0
+	end := ck.Members(reqscan.SkipSpace(d, 0), func(key []byte, vs int) int {
+		bit := responsesDeltaMembers[string(key)]
+		if bit == 0 || seen&bit != 0 {
+			return -1
+		}
+		seen |= bit
+		switch string(key) {
+		case "type":
+			if !bytes.HasPrefix(d[vs:], []byte(responsesOutputTextDelta)) {
+				return -1
+			}
+			typeOK = true
+			return vs + len(responsesOutputTextDelta)
+		case "output_index":
+			j := vs
+			for j < len(d) && j-vs < 9 && d[j] >= '0' && d[j] <= '9' {
+				index = index*10 + int(d[j]-'0')
+				j++
+			}
+			if j == vs || d[vs] == '0' && j > vs+1 || ck.Value(vs, 1) != j {
+				return -1
+			}
+			return j
+		case "delta":
+			if vs >= len(d) || d[vs] != '"' {
+				return -1
+			}
+			ve := ck.Value(vs, 1)
+			delta = span{vs, ve}
+			return ve
+		}
+		return ck.Value(vs, 1)
+	})
+	if end < 0 || reqscan.SkipSpace(d, end) != len(d) || !typeOK || !delta.ok() {
+		return false
+	}
+	ev.Type = responsesOutputTextDelta[1 : len(responsesOutputTextDelta)-1]
+	if seen&responsesDeltaMembers["output_index"] != 0 {
+		ev.Index = index
+	}
+	if text := literalText(d[delta.s:delta.e]); text != "" {
+		ev.Kind |= KindTextDelta
+		ev.Text = text
+	}
+	return true
 }
 
 // literalText is the text of the JSON string literal lit, decoded as gjson

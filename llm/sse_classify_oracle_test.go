@@ -156,3 +156,58 @@ func FuzzChatTextDelta(f *testing.F) {
 		}
 	})
 }
+
+// FuzzResponsesTextDelta: whenever responsesTextDelta takes an event, it
+// classifies it exactly as general does; and it takes the text deltas of
+// the saved streams.
+func FuzzResponsesTextDelta(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "responses_*.sse"))
+	taken := 0
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				f.Add([]byte(d))
+				ev := Event{Data: []byte(d), Index: -1}
+				if responsesTextDelta(&ev) {
+					taken++
+				}
+			}
+		}
+	}
+	if taken < 3 {
+		f.Fatalf("the fast path took %d events of the saved streams", taken)
+	}
+	for _, d := range []string{
+		`{"type":"response.output_text.delta","output_index":12,"delta":"a\u00e9\n"}`,
+		`{"type":"response.output_text.delta","delta":""}`,
+		`{"type":"response.output_text.delta","type":"x","delta":"d"}`,
+		`{"type":"response.output_text.delta","output_index":01,"delta":"d"}`,
+		`{"type":"response.output_text.delta","output_index":1.5,"delta":"d"}`,
+		`{"type":"response.output_text.delta","output_index":-1,"delta":"d"}`,
+		`{"type":"response.output_text.delta","output_index":99999999999,"delta":"d"}`,
+		`{"type":"response.output_text.delt\u0061","delta":"d"}`,
+		`{"type":"response.output_text.delta","delta":7}`,
+		` { "delta" : "d" , "type" : "response.output_text.delta" , "logprobs" : [ {"x":1} ] } `,
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast := Event{Data: data, Index: -1}
+		if !responsesTextDelta(&fast) {
+			if !reflect.DeepEqual(fast, Event{Data: data, Index: -1}) {
+				t.Fatalf("a refused event was changed: %+v", fast)
+			}
+			return
+		}
+		var st classifyState
+		slow := Event{Data: data, Index: -1}
+		st.general(Responses, &slow)
+		if !reflect.DeepEqual(fast, slow) || !reflect.DeepEqual(st, classifyState{}) {
+			t.Fatalf("%s:\n fast %+v\n slow %+v", data, fast, slow)
+		}
+	})
+}
