@@ -278,11 +278,8 @@ func joinGroup(cfg httpfilter.WasmConfig, env httpfilter.Env, code []byte, profi
 		envVars:     envVars,
 		compiledCfg: wazero.NewRuntimeConfig().WithCompilationCache(cache).WithMemoryLimitPages(memoryLimitPages),
 	}
-	interpret := false
-	if env.InterpretWhileCompiling {
-		g.digest = sha256.Sum256(code)
-		interpret = !compiledBefore(env.CacheDir, g.digest)
-	}
+	g.digest = sha256.Sum256(code) // the compile marker's key, with tiering or without
+	interpret := env.InterpretWhileCompiling && !compiledBefore(env.CacheDir, g.digest)
 	if err := g.validate(interpret); err != nil {
 		return nil, err
 	}
@@ -431,7 +428,9 @@ func (g *vmGroup) validate(interpret bool) error {
 		rt.Close(ctx)
 		return err
 	}
-	if !interpret && g.env.InterpretWhileCompiling {
+	if !interpret {
+		// Also without tiering: a later start that tiers (chime up) then
+		// finds the module compiled and starts with compiled VMs.
 		markCompiled(g.env.CacheDir, g.digest)
 	}
 	// Every VM of the group is an instance of this compiled module in this

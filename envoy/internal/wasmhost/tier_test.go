@@ -118,6 +118,30 @@ func TestInterpretWhileCompiling(t *testing.T) {
 	}
 }
 
+// A start without tiering (the compile waited for) marks the module too,
+// so a later start that tiers skips the interpreter.
+func TestCompiledStartMarksTheModule(t *testing.T) {
+	dir := t.TempDir()
+	cfg, env, _, _, _, _ := testConfig(t, "a", func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
+		c.CodePath, c.VMID, c.PluginName, c.RootID = guests["vmshare"], "vm-"+t.Name(), "plugin-a", "root-a"
+		e.VMScope, e.Workers, e.CacheDir = &httpfilter.VMScope{}, 1, dir
+	})
+	f, err := newFactory(cfg, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	f.g.building.Wait()
+	if markers, _ := os.ReadDir(filepath.Join(dir, "chime-compiled")); len(markers) != 1 {
+		t.Fatalf("cache markers %v after a compiled start, want one", markers)
+	}
+	compiledModules.Delete(markerKey(dir, f.g.digest)) // a later process
+	tiered := tieredPlugin(t, "vm-"+t.Name()+"-tiered", dir, &logSink{})
+	if slotVM(tiered).eng.interpreted {
+		t.Error("a tiered start after a compiled one started interpreted")
+	}
+}
+
 // Without a cache directory the process's own compilation counts: a
 // second group for the same module starts compiled.
 func TestInterpretWhileCompilingInMemoryCache(t *testing.T) {
