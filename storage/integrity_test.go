@@ -241,6 +241,28 @@ func TestBackupRestore(t *testing.T) {
 // TestOpensWithEmptyMemtable: a process killed between creating a
 // memtable's log and sizing it leaves an empty .mem file; the store opens
 // with everything it held (Badger alone refuses, dgraph-io/badger#2207).
+// TestOpensWithEmptyValueLog: a value log file of 0 bytes (a kill between
+// creating and sizing it, seen in TestCrashRecovery) holds nothing, and
+// the store opens with everything it had.
+func TestOpensWithEmptyValueLog(t *testing.T) {
+	for _, name := range []string{"000005.vlog", "000001.vlog"} {
+		dir := storeClosed300(t)
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatalf("open with an empty %s: %v", name, err)
+		}
+		if n := countTasks(t, s); n != 300 {
+			t.Errorf("%s: %d of 300 tasks", name, n)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestOpensWithEmptyMemtable(t *testing.T) {
 	dir := storeClosed300(t)
 	if err := os.WriteFile(filepath.Join(dir, "00042.mem"), nil, 0o644); err != nil {

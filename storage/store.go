@@ -121,7 +121,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithLogger(slogBridge{logger}).
 		WithLoggingLevel(badger.WARNING)
 	if !opts.InMemory {
-		if err := removeEmptyMemtables(dir, logger); err != nil {
+		if err := removeEmptyLogFiles(dir, logger); err != nil {
 			return nil, err
 		}
 		if err := checkFiles(dir, bo); err != nil {
@@ -149,19 +149,29 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// removeEmptyMemtables deletes memtable files of 0 bytes. Badger creates a
-// memtable's write-ahead log and then sizes it; a process killed between
-// the two leaves an empty .mem file, which holds nothing, yet Badger
-// refuses to open a directory with one ("while opening fid: N err: Create
-// a new file", dgraph-io/badger#2207, open). Without the file the store
-// opens as it was.
-func removeEmptyMemtables(dir string, logger *slog.Logger) error {
+// removeEmptyLogFiles deletes memtable and value log files of 0 bytes.
+// Badger creates such a file and then sizes it (a memtable's write-ahead
+// log; a value log, which also gets a 20-byte header at once); a process
+// killed between the two leaves an empty file, which holds nothing, yet
+// Badger refuses to open a directory with one ("while opening fid: N err:
+// Create a new file" for a .mem, dgraph-io/badger#2207, open; "Open
+// existing file: ...vlog err: Create a new file" for a .vlog). Nothing
+// refers to an empty file's offsets, so without it the store opens as it
+// was.
+func removeEmptyLogFiles(dir string, logger *slog.Logger) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("storage: read data dir %q: %w", dir, err)
 	}
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".mem") || !e.Type().IsRegular() {
+		kind := ""
+		switch {
+		case strings.HasSuffix(e.Name(), ".mem"):
+			kind = "memtable"
+		case strings.HasSuffix(e.Name(), ".vlog"):
+			kind = "value log"
+		}
+		if kind == "" || !e.Type().IsRegular() {
 			continue
 		}
 		fi, err := e.Info()
@@ -169,9 +179,9 @@ func removeEmptyMemtables(dir string, logger *slog.Logger) error {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("storage: remove the empty memtable file %s left by a crash: %w", e.Name(), err)
+			return fmt.Errorf("storage: remove the empty %s file %s left by a crash: %w", kind, e.Name(), err)
 		}
-		logger.Warn("storage: removed an empty memtable file left by a crash", "dir", dir, "file", e.Name())
+		logger.Warn("storage: removed an empty file left by a crash", "dir", dir, "file", e.Name(), "kind", kind)
 	}
 	return nil
 }
