@@ -65,18 +65,9 @@ func (s *classifyState) chatByGet(root gjson.Result, ev *Event) {
 // FuzzChatClassify: reading a Chat chunk's members in one pass classifies
 // it exactly as a Get per field did, for any event data.
 func FuzzChatClassify(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "chat_*.sse"))
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok {
-				f.Add([]byte(d), false)
-				f.Add([]byte(d), true)
-			}
-		}
+	for _, d := range savedEventData(f, "chat_*.sse") {
+		f.Add(d, false)
+		f.Add(d, true)
 	}
 	for _, d := range []string{`{"choices":{"index":0,"delta":{"content":"x"}}}`, `{"choices":"x"}`, `{"choices":null}`,
 		`{"object":"a","object":"b","choices":[{"index":1},{"index":0,"delta":{"content":"y","content":"z"},"finish_reason":"stop"}]}`,
@@ -101,12 +92,11 @@ func FuzzChatClassify(f *testing.F) {
 	})
 }
 
-// FuzzChatTextDelta: whenever chatTextDelta takes a chunk, it classifies
-// it exactly as general does; and it takes the text chunks of the saved
-// streams.
-func FuzzChatTextDelta(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "chat_*.sse"))
-	taken := 0
+// savedEventData returns the data lines of the saved streams matching
+// glob (testdata/responses).
+func savedEventData(f *testing.F, glob string) [][]byte {
+	files, _ := filepath.Glob(filepath.Join("testdata", "responses", glob))
+	var out [][]byte
 	for _, name := range files {
 		b, err := os.ReadFile(name)
 		if err != nil {
@@ -114,18 +104,52 @@ func FuzzChatTextDelta(f *testing.F) {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if d, ok := strings.CutPrefix(line, "data: "); ok {
-				f.Add([]byte(d))
-				ev := Event{Data: []byte(d), Index: -1}
-				if chatTextDelta(&ev) {
-					taken++
-				}
+				out = append(out, []byte(d))
 			}
 		}
 	}
-	if taken < 3 {
-		f.Fatalf("the fast path took %d chunks of the saved streams", taken)
+	return out
+}
+
+// fuzzFastPath checks a classifier fast path against general: whenever
+// fast takes an event, it classifies it exactly as general does from
+// state, and it leaves an event it refuses alone; and it takes at least
+// three events of the saved streams matching glob.
+func fuzzFastPath(f *testing.F, p Protocol, glob string, state classifyState, fast func(*Event) bool, seeds []string) {
+	taken := 0
+	for _, d := range savedEventData(f, glob) {
+		f.Add(d)
+		if ev := (Event{Data: d, Index: -1}); fast(&ev) {
+			taken++
+		}
 	}
-	for _, d := range []string{
+	if taken < 3 {
+		f.Fatalf("the fast path took %d events of the saved streams", taken)
+	}
+	for _, d := range seeds {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := Event{Data: data, Index: -1}
+		if !fast(&got) {
+			if !reflect.DeepEqual(got, Event{Data: data, Index: -1}) {
+				t.Fatalf("a refused event was changed: %+v", got)
+			}
+			return
+		}
+		st := state
+		want := Event{Data: data, Index: -1}
+		st.general(p, &want)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(st, state) {
+			t.Fatalf("%s:\n fast %+v\n slow %+v", data, got, want)
+		}
+	})
+}
+
+// FuzzChatTextDelta: chatTextDelta (chunks after the first) against
+// general.
+func FuzzChatTextDelta(f *testing.F) {
+	fuzzFastPath(f, Chat, "chat_*.sse", classifyState{started: true}, chatTextDelta, []string{
 		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"a\u00e9\n"}}]}`,
 		`{"object":"x","choices":[{"index":0,"delta":{"content":""}}],"usage":null}`,
 		`{"object":"x","object":"y","choices":[{"delta":{"content":"d"}}]}`,
@@ -137,51 +161,12 @@ func FuzzChatTextDelta(f *testing.F) {
 		` {"object" : "x" , "choices" : [ { "delta" : { "content" : "d" } } ] } `,
 		"{\"object\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xff\xfe\"}}]}",
 		`{"object":"x","choices":[{"index":0,"delta":{"content":"\ud800"}}]}`,
-	} {
-		f.Add([]byte(d))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		fast := Event{Data: data, Index: -1}
-		if !chatTextDelta(&fast) {
-			if !reflect.DeepEqual(fast, Event{Data: data, Index: -1}) {
-				t.Fatalf("a refused chunk was changed: %+v", fast)
-			}
-			return
-		}
-		st := classifyState{started: true}
-		slow := Event{Data: data, Index: -1}
-		st.general(Chat, &slow)
-		if !reflect.DeepEqual(fast, slow) || !reflect.DeepEqual(st, classifyState{started: true}) {
-			t.Fatalf("%s:\n fast %+v\n slow %+v", data, fast, slow)
-		}
 	})
 }
 
-// FuzzResponsesTextDelta: whenever responsesTextDelta takes an event, it
-// classifies it exactly as general does; and it takes the text deltas of
-// the saved streams.
+// FuzzResponsesTextDelta: responsesTextDelta against general.
 func FuzzResponsesTextDelta(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "responses", "responses_*.sse"))
-	taken := 0
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok {
-				f.Add([]byte(d))
-				ev := Event{Data: []byte(d), Index: -1}
-				if responsesTextDelta(&ev) {
-					taken++
-				}
-			}
-		}
-	}
-	if taken < 3 {
-		f.Fatalf("the fast path took %d events of the saved streams", taken)
-	}
-	for _, d := range []string{
+	fuzzFastPath(f, Responses, "responses_*.sse", classifyState{}, responsesTextDelta, []string{
 		`{"type":"response.output_text.delta","output_index":12,"delta":"a\u00e9\n"}`,
 		`{"type":"response.output_text.delta","delta":""}`,
 		`{"type":"response.output_text.delta","type":"x","delta":"d"}`,
@@ -192,22 +177,5 @@ func FuzzResponsesTextDelta(f *testing.F) {
 		`{"type":"response.output_text.delt\u0061","delta":"d"}`,
 		`{"type":"response.output_text.delta","delta":7}`,
 		` { "delta" : "d" , "type" : "response.output_text.delta" , "logprobs" : [ {"x":1} ] } `,
-	} {
-		f.Add([]byte(d))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		fast := Event{Data: data, Index: -1}
-		if !responsesTextDelta(&fast) {
-			if !reflect.DeepEqual(fast, Event{Data: data, Index: -1}) {
-				t.Fatalf("a refused event was changed: %+v", fast)
-			}
-			return
-		}
-		var st classifyState
-		slow := Event{Data: data, Index: -1}
-		st.general(Responses, &slow)
-		if !reflect.DeepEqual(fast, slow) || !reflect.DeepEqual(st, classifyState{}) {
-			t.Fatalf("%s:\n fast %+v\n slow %+v", data, fast, slow)
-		}
 	})
 }
