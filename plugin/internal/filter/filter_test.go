@@ -971,6 +971,11 @@ func TestOutcomeHoldsResponseHeadersUntilAcknowledged(t *testing.T) {
 		if act != proxywasm.ActionPause {
 			t.Fatalf("reserved response not held for the outcome: %v", act)
 		}
+		// With allowOnHeadersStopIteration the body still arrives: it
+		// must not send the held headers on (a Continue would).
+		if act := e.h.CallOnResponseBody(id, []byte(`{"error":{"message":"boom"}}`), true); act != proxywasm.ActionPause {
+			t.Fatalf("the body of a response waiting for its outcome: %v, want Pause", act)
+		}
 		if e.h.ResumedResponse(id) != 0 {
 			t.Fatal("resumed before the host answered")
 		}

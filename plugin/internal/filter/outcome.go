@@ -34,10 +34,12 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		h.outcomeSent = true
 		h.startResponse(headers, ok, endOfStream)
 		if h.plugin.reportOutcome(path, h.requestID, h.plugin.cfg.PrepareTimeoutMs, func() {
+			h.outcomePending = false
 			if !h.streamDone {
 				_ = proxywasm.ResumeHttpResponse()
 			}
 		}) {
+			h.outcomePending = true
 			return proxywasm.ActionPause
 		}
 		return proxywasm.ActionContinue

@@ -41,6 +41,7 @@ type httpContext struct {
 
 	reserved        bool // the host reserved reminders for this request
 	outcomeSent     bool
+	outcomePending  bool // the response waits for the host to acknowledge the outcome
 	responseStarted bool
 	streamDone      bool
 

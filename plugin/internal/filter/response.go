@@ -99,6 +99,13 @@ func headerValue(headers [][2]string, name string) (string, bool) {
 
 // OnHttpResponseBody is docs/architecture.md#response-path.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) proxywasm.Action {
+	if h.outcomePending && h.resp.mode == respPass {
+		// The headers wait for the outcome's acknowledgement. With
+		// allowOnHeadersStopIteration the body still reaches the filter,
+		// and a Continue here would send the headers on with it: the
+		// client could then race a rollback with its next request.
+		return proxywasm.ActionPause
+	}
 	switch h.resp.mode {
 	case respJSON:
 		return h.jsonBody(bodySize, endOfStream)
