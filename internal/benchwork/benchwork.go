@@ -11,13 +11,19 @@ import (
 // TimeTag is a representative docs/time.md#time-tag.
 const TimeTag = "[Time/Date]: utc=`2026-02-02T21:22:38.229Z` local=`2026-02-02 13:22:38.229 -08:00` tz=`America/Los_Angeles` nowMs=`1770038558229` ntpOffsetMs=`-12`"
 
-// clockTool is built once, as the filter does (its schema is encoded JSON).
-var clockTool = []llm.ToolSpec{hostapi.ClockToolSpec()}
+// clockTool is rendered once, as the filter renders its tools once per VM.
+var clockTool = func() llm.RenderedTool {
+	rt, err := hostapi.ClockToolSpec().Render(llm.Chat)
+	if err != nil {
+		panic(err) // chime's own schema: a build error
+	}
+	return rt
+}()
 
 // Edit performs what the filter does to a Chat request: parse, read
 // directives, strip every tag, append the time tag and inject the clock
-// tool. The result is appended to dst[:0], which the filter reuses across
-// requests (nil allocates).
+// tool (rendered once). The result is appended to dst[:0], which the
+// filter reuses across requests (nil allocates).
 func Edit(body, dst []byte) ([]byte, error) {
 	var e Editor
 	return e.Edit(body, dst)
@@ -39,7 +45,7 @@ func (e *Editor) Edit(body, dst []byte) ([]byte, error) {
 	if err := r.AppendUserText(TimeTag); err != nil {
 		return nil, err
 	}
-	if err := r.InjectTools(clockTool); err != nil {
+	if err := r.InjectRendered(clockTool); err != nil {
 		return nil, err
 	}
 	return r.AppendBytes(dst[:0]), nil
