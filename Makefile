@@ -48,9 +48,9 @@ lint: $(STATICCHECK)
 # The race detector over the concurrent parts: host, proxy data plane,
 # protocol layer and storage, and the wasm runtime's VM lifecycle (shared
 # VMs, background workers, replacement after a fault, the interpreted
-# start's switch).
+# start's switch). TestUnderWasm is skipped: the code it runs is wasm.
 race:
-	$(GO) test -race -count=1 -timeout 20m ./host/... ./envoy/internal/proxy/... ./llm/... ./hostapi/... ./storage/...
+	$(GO) test -race -count=1 -timeout 20m -skip TestUnderWasm ./host/... ./envoy/internal/proxy/... ./llm/... ./hostapi/... ./storage/...
 	$(GO) test -race -count=1 -timeout 10m -run 'Interpret|SharedVM|Background|Reload|Closed' ./envoy/internal/wasmhost/
 
 # The e2e tests `make test` runs a second time under the envoy-1.39 WASI

@@ -29,11 +29,11 @@ func nested(depth int) string {
 	return open + "0" + close
 }
 
-// bothScanners runs fn with each string scanner (see blockStrings).
+// bothScanners runs fn with each string scanner (see maskScanner).
 func bothScanners(fn func()) {
-	defer func(was bool) { blockStrings = was }(blockStrings)
-	for _, blocks := range []bool{false, true} {
-		blockStrings = blocks
+	defer func(was bool) { maskScanner = was }(maskScanner)
+	for _, masks := range []bool{false, true} {
+		maskScanner = masks
 		fn()
 	}
 }
@@ -126,7 +126,7 @@ func FuzzValid(f *testing.F) {
 func checkValid(t *testing.T, b []byte) {
 	got, want := Valid(b), json.Valid(b)
 	if got != want {
-		t.Fatalf("Valid(%q) = %v, encoding/json says %v (blocks %v)", b, got, want, blockStrings)
+		t.Fatalf("Valid(%q) = %v, encoding/json says %v (masks %v)", b, got, want, maskScanner)
 	}
 	if !got {
 		return

@@ -26,18 +26,6 @@ func ctrlMask(x uint64) uint64 { return ^((x&low7 + lsb*0x60) | x) & msb }
 // pack turns a mask of high bits into 8 bits, bit k for byte k.
 func pack(m uint64) uint64 { return (m >> 7) * 0x0102040810204080 >> 56 }
 
-// pack4 packs the masks of four consecutive words into 32 bits.
-func pack4(m0, m1, m2, m3 uint64) uint64 {
-	return pack(m0) | pack(m1)<<8 | pack(m2)<<16 | pack(m3)<<24
-}
-
-// escaped32 is escapedBits for 32 bytes.
-func escaped32(bs, carry uint64) (escaped, next uint64) {
-	pe := bs &^ carry
-	code := ((pe<<1 | odd32) - pe) ^ odd32
-	return (code ^ (bs | carry)) & 0xffffffff, (code & bs) >> 31
-}
-
 // escapedBits returns which of 8 bytes are escaped (the byte after an
 // odd run of backslashes), given their backslash bits bs and carry, 1 when
 // the first byte is escaped by the word before. It returns the carry for
@@ -91,21 +79,21 @@ func tailWord(b []byte, i int) uint64 {
 	return x
 }
 
-// blockStrings selects the string scanner: the block scanner below under
+// maskScanner selects the string scanner: scanWords (words.go) under
 // wasm, strWords natively. Go's wasm backend makes each branch and call
-// cost as much as dozens of bit operations, so there settling 32 bytes at
-// a time wins; on a CPU the word loop with byte-by-byte stops is faster.
-// Tests run both.
-var blockStrings = runtime.GOARCH == "wasm"
+// cost as much as dozens of bit operations, so there settling every stop
+// of a word with bit operations wins, in assembly (words_wasm.s); on a
+// CPU the word loop with byte-by-byte stops is faster. Tests run both.
+var maskScanner = runtime.GOARCH == "wasm"
 
 // str validates the string starting at b[i]=='"' and returns the index
 // after it, or -1. Until the tag hint is set it also looks at each '<'.
 //
-// strRun and strRunLT do the work; str handles what they leave to it:
-// escapes other than \", \\, \n and \t, and each '<' while the hint is
-// unset.
+// scanWords does the work; str handles what it leaves: escapes other
+// than \", \\, \n and \t, each '<' while the hint is unset, and the
+// document's last bytes (strTail).
 func (v *Checker) str(b []byte, i int) int {
-	if !blockStrings {
+	if !maskScanner {
 		return v.strWords(b, i)
 	}
 	i++
@@ -122,11 +110,13 @@ func (v *Checker) str(b []byte, i int) int {
 		}
 	}
 	for {
-		var j int
-		if v.tag {
-			j = strRun(b, i)
-		} else {
-			j = strRunLT(b, i)
+		var ltOn uint64
+		if !v.tag {
+			ltOn = msb
+		}
+		j, next := scanWords(b, i, 0, ltOn)
+		if next != wordsDone {
+			j = strTail(b, j, next, ltOn != 0)
 		}
 		if j < 0 || b[j-1] == '"' {
 			return j
@@ -145,116 +135,6 @@ func (v *Checker) str(b []byte, i int) int {
 		}
 		i = j - 1 + k
 	}
-}
-
-// The string scanners below read 8 bytes at a time (SWAR; wasm has no
-// SIMD) and settle every quote, backslash and control byte with bit
-// operations: which bytes are escaped (simdjson's odd-backslash-run
-// trick), where the closing quote is, whether a control byte comes before
-// it. Under Go's wasm backend each loop iteration and each branch costs as
-// much as dozens of bit operations, so after a first word, which is all
-// most keys need, they take 32 bytes per iteration and branch twice per
-// block without stops. Reading past a string's end is fine: bytes after
-// the closing quote are masked off, and only the document's last 32 bytes
-// go word by word (strTail).
-//
-// Each returns the index after the closing quote; or, at an escape other
-// than \" \\ \n \t, the index after its backslash; or (strRunLT only)
-// at a '<', the index after it; or -1 for an invalid string.
-
-// strRun scans from b[i], inside a string and not escaped.
-func strRun(b []byte, i int) int {
-	n := len(b)
-	var carry uint64 // the next byte is escaped
-	if i+8 <= n {
-		x := load64(b, i)
-		q, bs, c := eqMask(x, lsb*'"'), eqMask(x, lsb*'\\'), ctrlMask(x)
-		if q|bs|c != 0 {
-			escaped, next := escapedBits(pack(bs), 0)
-			ev := pack(q)&^escaped | escaped&^pack(q|bs|eqMask(x, lsb*'n')|eqMask(x, lsb*'t'))
-			first := ev & -ev
-			if pack(c)&(first-1) != 0 {
-				return -1
-			}
-			if first != 0 {
-				return i + eventEnd(first, escaped)
-			}
-			carry = next
-		}
-		i += 8
-	}
-	for i+32 <= n {
-		x0, x1, x2, x3 := load64(b, i), load64(b, i+8), load64(b, i+16), load64(b, i+24)
-		q0, q1, q2, q3 := eqMask(x0, lsb*'"'), eqMask(x1, lsb*'"'), eqMask(x2, lsb*'"'), eqMask(x3, lsb*'"')
-		s0, s1, s2, s3 := eqMask(x0, lsb*'\\'), eqMask(x1, lsb*'\\'), eqMask(x2, lsb*'\\'), eqMask(x3, lsb*'\\')
-		c0, c1, c2, c3 := ctrlMask(x0), ctrlMask(x1), ctrlMask(x2), ctrlMask(x3)
-		if q0|q1|q2|q3|s0|s1|s2|s3|c0|c1|c2|c3|carry == 0 {
-			i += 32
-			continue
-		}
-		escaped, next := escaped32(pack4(s0, s1, s2, s3), carry)
-		ev := pack4(q0, q1, q2, q3)&^escaped | escaped&^pack4(
-			q0|s0|eqMask(x0, lsb*'n')|eqMask(x0, lsb*'t'), q1|s1|eqMask(x1, lsb*'n')|eqMask(x1, lsb*'t'),
-			q2|s2|eqMask(x2, lsb*'n')|eqMask(x2, lsb*'t'), q3|s3|eqMask(x3, lsb*'n')|eqMask(x3, lsb*'t'))
-		first := ev & -ev
-		if pack4(c0, c1, c2, c3)&(first-1) != 0 {
-			return -1
-		}
-		if first != 0 {
-			return i + eventEnd(first, escaped)
-		}
-		carry = next
-		i += 32
-	}
-	return strTail(b, i, carry, false)
-}
-
-// strRunLT is strRun that also stops at each '<' (see Checker.TagHint).
-func strRunLT(b []byte, i int) int {
-	n := len(b)
-	var carry uint64
-	if i+8 <= n {
-		x := load64(b, i)
-		q, bs, c, lt := eqMask(x, lsb*'"'), eqMask(x, lsb*'\\'), ctrlMask(x), eqMask(x, lsb*'<')
-		if q|bs|c|lt != 0 {
-			escaped, next := escapedBits(pack(bs), 0)
-			ev := pack(q|lt)&^escaped | escaped&^pack(q|bs|eqMask(x, lsb*'n')|eqMask(x, lsb*'t'))
-			first := ev & -ev
-			if pack(c)&(first-1) != 0 {
-				return -1
-			}
-			if first != 0 {
-				return i + eventEnd(first, escaped)
-			}
-			carry = next
-		}
-		i += 8
-	}
-	for i+32 <= n {
-		x0, x1, x2, x3 := load64(b, i), load64(b, i+8), load64(b, i+16), load64(b, i+24)
-		q0, q1, q2, q3 := eqMask(x0, lsb*'"'), eqMask(x1, lsb*'"'), eqMask(x2, lsb*'"'), eqMask(x3, lsb*'"')
-		s0, s1, s2, s3 := eqMask(x0, lsb*'\\'), eqMask(x1, lsb*'\\'), eqMask(x2, lsb*'\\'), eqMask(x3, lsb*'\\')
-		c0, c1, c2, c3 := ctrlMask(x0), ctrlMask(x1), ctrlMask(x2), ctrlMask(x3)
-		l0, l1, l2, l3 := eqMask(x0, lsb*'<'), eqMask(x1, lsb*'<'), eqMask(x2, lsb*'<'), eqMask(x3, lsb*'<')
-		if q0|q1|q2|q3|s0|s1|s2|s3|c0|c1|c2|c3|l0|l1|l2|l3|carry == 0 {
-			i += 32
-			continue
-		}
-		escaped, next := escaped32(pack4(s0, s1, s2, s3), carry)
-		ev := pack4(q0|l0, q1|l1, q2|l2, q3|l3)&^escaped | escaped&^pack4(
-			q0|s0|eqMask(x0, lsb*'n')|eqMask(x0, lsb*'t'), q1|s1|eqMask(x1, lsb*'n')|eqMask(x1, lsb*'t'),
-			q2|s2|eqMask(x2, lsb*'n')|eqMask(x2, lsb*'t'), q3|s3|eqMask(x3, lsb*'n')|eqMask(x3, lsb*'t'))
-		first := ev & -ev
-		if pack4(c0, c1, c2, c3)&(first-1) != 0 {
-			return -1
-		}
-		if first != 0 {
-			return i + eventEnd(first, escaped)
-		}
-		carry = next
-		i += 32
-	}
-	return strTail(b, i, carry, true)
 }
 
 // strTail is the scanners' loop over the document's last bytes, a word at

@@ -46,32 +46,6 @@ func TestEscapedBits(t *testing.T) {
 	}
 }
 
-// TestEscaped32 holds the 32-byte form to escapedBits, word by word.
-func TestEscaped32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for trial := 0; trial < 100000; trial++ {
-		// Sparse and dense backslash runs, across block boundaries.
-		var ws [3]uint64
-		for k := range ws {
-			ws[k] = uint64(rng.Uint32()) & uint64(rng.Uint32()|rng.Uint32())
-		}
-		c32, c8 := uint64(0), uint64(0)
-		for _, w := range ws {
-			got, next := escaped32(w, c32)
-			var want uint64
-			for k := 0; k < 4; k++ {
-				e, n := escapedBits(w>>(8*k)&0xff, c8)
-				want |= e << (8 * k)
-				c8 = n
-			}
-			if got != want || next != c8 {
-				t.Fatalf("escaped32(%032b, %d) = %032b,%d; want %032b,%d", w, c32, got, next, want, c8)
-			}
-			c32 = next
-		}
-	}
-}
-
 func TestMasksExact(t *testing.T) {
 	for c := 0; c < 256; c++ {
 		for pos := 0; pos < 8; pos++ {
@@ -154,7 +128,7 @@ func testStringsAgainstEncodingJSON(t *testing.T) {
 		}
 		got, want := Valid(doc), json.Valid(doc)
 		if got != want {
-			t.Fatalf("Valid(%q) = %v, encoding/json says %v (blocks %v)", doc, got, want, blockStrings)
+			t.Fatalf("Valid(%q) = %v, encoding/json says %v (masks %v)", doc, got, want, maskScanner)
 		}
 		if !got {
 			continue
@@ -162,7 +136,7 @@ func testStringsAgainstEncodingJSON(t *testing.T) {
 		v := NewChecker(doc)
 		v.Value(SkipSpace(doc, 0), 0)
 		if v.TagHint() != naiveTagHint(doc) {
-			t.Fatalf("TagHint(%q) = %v (blocks %v)", doc, v.TagHint(), blockStrings)
+			t.Fatalf("TagHint(%q) = %v (masks %v)", doc, v.TagHint(), maskScanner)
 		}
 	}
 }
@@ -192,7 +166,7 @@ func FuzzStringScan(f *testing.F) {
 		bothScanners(func() {
 			got, want := Valid(b), json.Valid(b)
 			if got != want {
-				t.Fatalf("Valid(%q) = %v, encoding/json says %v (blocks %v)", b, got, want, blockStrings)
+				t.Fatalf("Valid(%q) = %v, encoding/json says %v (masks %v)", b, got, want, maskScanner)
 			}
 			if !got {
 				return
@@ -200,7 +174,7 @@ func FuzzStringScan(f *testing.F) {
 			v := NewChecker(b)
 			v.Value(SkipSpace(b, 0), 0)
 			if v.TagHint() != naiveTagHint(b) {
-				t.Fatalf("TagHint(%q) = %v (blocks %v)", b, v.TagHint(), blockStrings)
+				t.Fatalf("TagHint(%q) = %v (masks %v)", b, v.TagHint(), maskScanner)
 			}
 		})
 	})

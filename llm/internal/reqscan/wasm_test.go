@@ -1,0 +1,15 @@
+//go:build !wasm
+
+package reqscan
+
+import (
+	"testing"
+
+	"github.com/chimehq/chime/internal/wasmtest"
+)
+
+// TestUnderWasm runs this package's tests (with their fuzz seed corpora)
+// built for wasip1 under wazero, where scanWords is words_wasm.s.
+func TestUnderWasm(t *testing.T) {
+	wasmtest.Run(t, "-test.run", "^(Test|Fuzz)", "-test.skip", "^TestUnderWasm$")
+}
