@@ -200,7 +200,22 @@ TEXT ·scanWords(SB), NOSPLIT, $0-64
 		I64And
 		Get R9
 		I64Or
-		Set R9
+		Tee R9
+
+		// No event and no control byte, the usual word with escapes:
+		// the next one.
+		Get R7
+		I64Or
+		I64Eqz
+		If
+			Get R11
+			Set R2
+			Get R0
+			I64Const $8
+			I64Add
+			Set R0
+			Br $1
+		End
 
 		// first = events & -events
 		Get R9
