@@ -102,7 +102,7 @@ func (r *Request) scan() {
 		n := 0
 		for j := range parts {
 			p := &parts[j]
-			if !p.text.ok() || !reqscan.MayContain(r.body[p.text.s:p.text.e], tagOpen) {
+			if !p.text.ok() || !reqscan.MayHoldTag(r.body[p.text.s:p.text.e]) {
 				continue
 			}
 			text, ok := reqscan.Unquote(r.body[p.text.s:p.text.e])

@@ -2,6 +2,7 @@ package reqscan
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -205,11 +206,30 @@ func TestAppendQuoteMinimal(t *testing.T) {
 	}
 }
 
-func TestMayContain(t *testing.T) {
-	if !MayContain([]byte(`"a <** b"`), "<**") || MayContain([]byte(`"a \n b"`), "<**") ||
-		!MayContain([]byte(`"a \u003c** b"`), "<**") {
-		t.Error("MayContain wrong")
-	}
+// TestMayHoldTag holds MayHoldTag to naiveTagHint over strings of the
+// bytes that make or break a tag, and to the decoded text: whenever the
+// text holds "<**" it must say so.
+func TestMayHoldTag(t *testing.T) {
+	bothScanners(func() {
+		rng := rand.New(rand.NewPCG(5, 8))
+		alphabet := []string{"a", "<", "*", "**", "<**", `\u003c`, `\u003C`, `\u002a`, `\u002A`, `\u0041`, `\n`, `\"`, `\\`, "é", " "}
+		for trial := 0; trial < 20000; trial++ {
+			var s strings.Builder
+			s.WriteByte('"')
+			for k := rng.IntN(24); k > 0; k-- {
+				s.WriteString(alphabet[rng.IntN(len(alphabet))])
+			}
+			s.WriteByte('"')
+			raw := []byte(s.String())
+			got := MayHoldTag(raw)
+			if want := naiveTagHint(raw); got != want {
+				t.Fatalf("MayHoldTag(%s) = %v, want %v (masks %v)", raw, got, want, maskScanner)
+			}
+			if text, ok := Unquote(raw); ok && strings.Contains(text, "<**") && !got {
+				t.Fatalf("MayHoldTag(%s) = false, but it decodes to %q", raw, text)
+			}
+		}
+	})
 }
 
 func TestKeyIs(t *testing.T) {

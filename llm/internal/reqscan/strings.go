@@ -147,14 +147,15 @@ func AppendQuote(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// MayContain reports whether the JSON string literal raw might decode to
-// text containing needle (ASCII). It is exact when raw has no \u escape;
-// with one it answers true so the caller decodes and checks.
-func MayContain(raw []byte, needle string) bool {
-	if bytes.Contains(raw, []byte(needle)) {
-		return true
-	}
-	return bytes.Contains(raw, []byte(`\u`))
+// MayHoldTag reports whether the valid JSON string literal raw (quotes
+// included) may decode to text containing "<**": it holds "<**"
+// literally or a \u escape of '<' or '*' (TagHint for one string). It is
+// false only when the text cannot hold a tag, and costs one scan with the
+// string scanner, not a decode.
+func MayHoldTag(raw []byte) bool {
+	v := Checker{b: raw}
+	v.str(raw, 0)
+	return v.tag
 }
 
 // KeyName returns the decoded form of a raw object key, which is the key
