@@ -114,7 +114,7 @@ func testStringsAgainstEncodingJSON(t *testing.T) {
 			s = append(s, alphabet[rng.IntN(len(alphabet))]...)
 		}
 		// Leading space moves the string across 8-byte alignments; trailing
-		// space lets the 32-byte blocks run to the string's end.
+		// space lets whole words run to the string's end.
 		pad := strings.Repeat(" ", rng.IntN(9))
 		tail := strings.Repeat(" ", rng.IntN(70))
 		var doc []byte
