@@ -108,6 +108,19 @@ func (v *Checker) Members(i int, fn func(key []byte, vs int) (ve int)) int {
 // Value validates the value at i, nested depth levels deep, and returns
 // the index after it, or -1.
 func (v *Checker) Value(i, depth int) int {
+	if valueAsm && maskScanner && depth < MaxDepth-64 {
+		ltOn := uint64(msb)
+		if v.tag {
+			ltOn = 0
+		}
+		j, flags := valueWords(v.b, i, ltOn)
+		if flags&valueBailed == 0 {
+			if flags&valueTag != 0 {
+				v.tag = true
+			}
+			return j
+		}
+	}
 	b := v.b
 	n := len(b)
 	// The open containers, innermost last: bit l of stack is 1 for an

@@ -1,0 +1,10 @@
+//go:build !wasm
+
+package reqscan
+
+const hasValueWords = false
+
+// valueWords exists only under wasm (value_wasm.s).
+func valueWords(b []byte, i int, ltOn uint64) (j int, flags uint64) {
+	return -1, valueBailed
+}
