@@ -113,7 +113,7 @@ func (v *Checker) Value(i, depth int) int {
 		if v.tag {
 			ltOn = 0
 		}
-		j, flags := valueWords(v.b, i, ltOn)
+		j, flags := valueWords(v.b, i, ltOn, nil)
 		if flags&valueBailed == 0 {
 			if flags&valueTag != 0 {
 				v.tag = true

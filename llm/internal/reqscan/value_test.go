@@ -129,3 +129,52 @@ func FuzzValueWords(f *testing.F) {
 		checkValueWalks(t, b)
 	})
 }
+
+// TestObject holds Object's members, recorded by the assembly under wasm,
+// to the Go walk's (Members) over random documents, objects or not, with
+// room for all members, some or none.
+func TestObject(t *testing.T) {
+	defer func(was bool) { valueAsm = was }(valueAsm)
+	rng := rand.New(rand.NewPCG(25, 26))
+	var b []byte
+	for trial := 0; trial < 30000; trial++ {
+		b = append(randomValue(rng, b[:0], 0, trial%3 == 2), " ,"...)
+		room := rng.IntN(6)
+		var got, want [2][]Field
+		var ends, ns [2]int
+		for k, asm := range []bool{false, true} {
+			valueAsm = asm && hasValueWords
+			out := make([]Field, room)
+			v := Checker{b: b}
+			ends[k], ns[k] = v.Object(0, 1, out)
+			got[k] = out[:min(ns[k], room)]
+			if ends[k] < 0 {
+				continue
+			}
+			// The reference: Members over the same object.
+			if b[0] == '{' {
+				Members(b, 0, func(key []byte, vs, ve int) bool {
+					ks := cap(b) - cap(key) - 1
+					want[k] = append(want[k], Field{uint32(ks), uint32(ks + len(key) + 2), uint32(vs), uint32(ve)})
+					return true
+				})
+			}
+		}
+		if ends[0] != ends[1] || ends[0] >= 0 && ns[0] != ns[1] {
+			t.Fatalf("%q: Go walk %d with %d members, assembly %d with %d", b, ends[0], ns[0], ends[1], ns[1])
+		}
+		if ends[0] < 0 {
+			continue
+		}
+		for k := range got {
+			if ns[k] != len(want[k]) {
+				t.Fatalf("%q: %d members, Members finds %d", b, ns[k], len(want[k]))
+			}
+			for m := range got[k] {
+				if got[k][m] != want[k][m] {
+					t.Fatalf("%q (assembly %v): member %d recorded as %+v, Members finds %+v (%q)", b, k == 1, m, got[k][m], want[k][m], want[k][m].Key(b))
+				}
+			}
+		}
+	}
+}

@@ -15,8 +15,10 @@
 // nesting level, R4 the word or byte at R0, R5-R8 the quote, backslash,
 // control and '<' masks, R9 events, R10 scratch, R11 the escape code and
 // next carry, R12 escaped bytes, R13 the state, R14 ltOn, R15 flags (bit 0
-// a tag may be held, bit 1 the string being read is a key), F16 the
-// container stack (bit l set: level l+1 is an object), as f64 bits.
+// a tag may be held, bit 1 the string being read is a key, bits 8 and up
+// the members of the value, if it is an object), F16 the container stack
+// (bit l set: level l+1 is an object), F17 &out[0] and F18 how many
+// members out holds, both as f64 bits.
 #define VALUE $0
 #define KEY $1
 #define STRING $2
@@ -33,10 +35,10 @@
 #define EQMASK(k) NE(k); NOTMSB
 
 // FAIL returns -1: the value is invalid.
-#define FAIL Get SP; I64Const $-1; I64Store j+40(FP); Get SP; I64Const $0; I64Store flags+48(FP); RET
+#define FAIL Get SP; I64Const $-1; I64Store j+64(FP); Get SP; I64Const $0; I64Store flags+72(FP); RET
 
 // BAIL returns with the bail flag: Value's Go loop takes the value.
-#define BAIL Get SP; I64Const $-1; I64Store j+40(FP); Get SP; I64Const $2; I64Store flags+48(FP); RET
+#define BAIL Get SP; I64Const $-1; I64Store j+64(FP); Get SP; I64Const $2; I64Store flags+72(FP); RET
 
 // SKIPWS advances R0 past whitespace and leaves the next byte in R4,
 // failing at the document's end.
@@ -57,11 +59,17 @@
 // HEX fails unless the byte at address R10+off is a hex digit.
 #define HEX(off) Get R10; I32WrapI64; I64Load8U off; Set R4; ISDIGIT; Get R4; I64Const $32; I64Or; I64Const $97; I64Sub; I64Const $6; I64LtU; I32Or; I32Eqz; If; FAIL; End
 
+// REC stores the offset of R0 in the value's field at off (0 the key's
+// quote, 4 past the key, 8 the value, 12 past it) of the current member,
+// when the walk is in the members of the value, an object, and out has
+// room for this one.
+#define REC(off) Get R3; I64Const $1; I64Eq; Get F16; I64ReinterpretF64; I32WrapI64; I32Const $1; I32And; I32And; If; Get R15; I64Const $8; I64ShrU; Tee R10; I64Eqz; I32Eqz; Get R10; Get F18; I64ReinterpretF64; I64LeU; I32And; If; Get F17; I64ReinterpretF64; Get R10; I64Const $4; I64Shl; I64Add; I64Const $16; I64Sub; I32WrapI64; Get R0; I64Load b_base+0(FP); I64Sub; I32WrapI64; I32Store off; End; End
+
 // PUSH opens a container at the next level: obj is 1 for an object.
 #define PUSH(obj) Get R3; I64Const $60; I64GeU; If; BAIL; End; Get F16; I64ReinterpretF64; I64Const $1; Get R3; I64Shl; I64Const $-1; I64Xor; I64And; I64Const obj; Get R3; I64Shl; I64Or; F64ReinterpretI64; Set F16; Get R3; I64Const $1; I64Add; Set R3
 
-// func valueWords(b []byte, i int, ltOn uint64) (j int, flags uint64)
-TEXT ·valueWords(SB), NOSPLIT, $0-56
+// func valueWords(b []byte, i int, ltOn uint64, out []uint32) (j int, flags uint64)
+TEXT ·valueWords(SB), NOSPLIT, $0-80
 	I64Load b_base+0(FP)
 	I64Load i+24(FP)
 	I64Add
@@ -79,6 +87,14 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 	I64Const $0
 	F64ReinterpretI64
 	Set F16
+	I64Load out_base+40(FP)
+	F64ReinterpretI64
+	Set F17
+	I64Load out_len+48(FP)
+	I64Const $2
+	I64ShrU
+	F64ReinterpretI64
+	Set F18
 	// A value starts at R0: no whitespace first, as in Value.
 	LOADB
 	Get R4
@@ -518,6 +534,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 				I64Const AFTER
 				Set R13
 			Else
+				REC($4)
 				I64Const COLON
 				Set R13
 			End
@@ -529,6 +546,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 		I64Const AFTER
 		I64Eq
 		If
+			REC($12)
 			Get R3
 			I64Eqz
 			If
@@ -536,12 +554,12 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 				Get R0
 				I64Load b_base+0(FP)
 				I64Sub
-				I64Store j+40(FP)
+				I64Store j+64(FP)
 				Get SP
 				Get R15
-				I64Const $1
+				I64Const $-3
 				I64And
-				I64Store flags+48(FP)
+				I64Store flags+72(FP)
 				RET
 			End
 			SKIPWS
@@ -602,6 +620,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 		I64Eq
 		If
 			SKIPWS
+			REC($8)
 			Get R4
 			I64Const $34
 			I64Eq
@@ -814,6 +833,17 @@ TEXT ·valueWords(SB), NOSPLIT, $0-56
 			I64Const $2
 			I64Or
 			Set R15
+			// A member of the value's own object: counted, its key noted.
+			Get R3
+			I64Const $1
+			I64Eq
+			If
+				Get R15
+				I64Const $256
+				I64Add
+				Set R15
+			End
+			REC($0)
 			I64Const STRING
 			Set R13
 			Br $1
