@@ -259,25 +259,48 @@ func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 		m := message{span: span{es, -1}, content: noSpan}
 		if es < len(b) && b[es] == '{' {
 			role, typ := noSpan, noSpan
-			m.e = ck.Members(es, func(key []byte, s int) int {
-				e := ck.Value(s, 3)
-				if e < 0 {
-					return -1
+			// One walk records the members (under wasm, one call into
+			// assembly); a message with more than fields holds is walked
+			// again with a callback per member.
+			var fields [16]reqscan.Field
+			var n int
+			if m.e, n = ck.Object(es, 2, fields[:]); m.e >= 0 && n <= len(fields) {
+				for _, f := range fields[:n] {
+					sp := span{int(f.ValueStart), int(f.ValueEnd)}
+					switch keyOf(f.Key(b)) {
+					case keyRole:
+						role = sp
+					case keyType:
+						typ = sp
+					case keyContent:
+						m.content = sp
+					}
 				}
-				switch messageKey(key) {
-				case keyRole:
-					role = span{s, e}
-				case keyType:
-					typ = span{s, e}
-				case keyContent:
-					m.content = span{s, e}
-				}
-				return e
-			})
+			} else if m.e >= 0 {
+				m.e = ck.Members(es, func(key []byte, s int) int {
+					e := ck.Value(s, 3)
+					if e < 0 {
+						return -1
+					}
+					switch messageKey(key) {
+					case keyRole:
+						role = span{s, e}
+					case keyType:
+						typ = span{s, e}
+					case keyContent:
+						m.content = span{s, e}
+					}
+					return e
+				})
+			}
 			if m.e >= 0 {
 				who := roleOf(b, role)
 				m.user, m.system = who == roleUser, who == roleSystem
-				m.model = r.modelItemOf(who == roleAssistant, typ)
+				if r.proto == Responses {
+					m.model = r.modelItemOf(who == roleAssistant, typ)
+				} else {
+					m.model = who == roleAssistant
+				}
 			}
 		} else {
 			m.e = ck.Value(es, 2)
@@ -300,6 +323,36 @@ const (
 	keyType
 	keyContent
 )
+
+// keyOf is messageKey with the common keys settled inline: a comparison
+// with a short constant compiles to a few loads, a call costs more under
+// wasm.
+func keyOf(key []byte) int {
+	switch len(key) {
+	case 4:
+		if string(key) == "role" {
+			return keyRole
+		}
+		if string(key) == "type" {
+			return keyType
+		}
+		return keyOther
+	case 7:
+		if string(key) == "content" {
+			return keyContent
+		}
+		return keyOther
+	case 10:
+		if string(key) == "tool_calls" {
+			return keyOther
+		}
+	case 12:
+		if string(key) == "tool_call_id" {
+			return keyOther
+		}
+	}
+	return messageKey(key)
+}
 
 // messageKey classifies a raw (still escaped) member key of a message.
 func messageKey(key []byte) int {
@@ -346,12 +399,18 @@ func roleOf(b []byte, sp span) int {
 		return roleOther
 	}
 	raw := b[sp.s:sp.e]
-	switch string(raw) {
-	case `"user"`:
+	// Comparisons with short constants, not a switch: they compile to a
+	// few loads, and "tool" is settled without looking for a backslash.
+	if string(raw) == `"user"` {
 		return roleUser
-	case `"assistant"`:
+	}
+	if string(raw) == `"assistant"` {
 		return roleAssistant
-	case `"system"`:
+	}
+	if string(raw) == `"tool"` {
+		return roleOther
+	}
+	if string(raw) == `"system"` {
 		return roleSystem
 	}
 	if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw, '\\') < 0 {

@@ -165,7 +165,7 @@ func FuzzRequestReuse(f *testing.F) {
 // FuzzMessageKeyAndRole: indexList's shortcuts classify keys and roles
 // exactly as decoding them would.
 func FuzzMessageKeyAndRole(f *testing.F) {
-	for _, s := range []string{"role", "type", "content", `\u0072ole`, `t\u0079pe`, `conten\u0074`, "rolex", "", `"user"`,
+	for _, s := range []string{"role", "type", "content", `\u0072ole`, `t\u0079pe`, `conten\u0074`, "rolex", "", `"user"`, "tool_calls", "tool_call_id", `"tool"`,
 		`"assistant"`, `"system"`, `"\u0075ser"`, `"s\u0079stem"`, `"assistan\u0074"`, `"other"`, `"user`, `7`} {
 		f.Add([]byte(s))
 	}
@@ -183,6 +183,9 @@ func FuzzMessageKeyAndRole(f *testing.F) {
 		}
 		if got := messageKey(raw); isKey && got != want {
 			t.Fatalf("messageKey(%q) = %d, want %d", raw, got, want)
+		}
+		if got := keyOf(raw); isKey && got != want {
+			t.Fatalf("keyOf(%q) = %d, want %d", raw, got, want)
 		}
 		wantRole := roleOther
 		switch {
