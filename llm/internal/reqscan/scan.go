@@ -108,7 +108,7 @@ func (v *Checker) Members(i int, fn func(key []byte, vs int) (ve int)) int {
 // Value validates the value at i, nested depth levels deep, and returns
 // the index after it, or -1.
 func (v *Checker) Value(i, depth int) int {
-	if valueAsm && maskScanner && depth < MaxDepth-64 {
+	if valueAsm && maskScanner && depth < MaxDepth-64 && uint(i) < uint(len(v.b)) {
 		ltOn := uint64(msb)
 		if v.tag {
 			ltOn = 0

@@ -30,7 +30,7 @@ func (m Field) Key(b []byte) []byte { return b[m.KeyStart+1 : m.KeyEnd-1] }
 // Under wasm the walk and the recording are one call into assembly
 // (value_wasm.s) instead of a Go callback per member.
 func (v *Checker) Object(i, depth int, out []Field) (end, n int) {
-	if valueAsm && maskScanner && depth < MaxDepth-64 && len(v.b) <= math.MaxUint32 {
+	if valueAsm && maskScanner && depth < MaxDepth-64 && uint(i) < uint(len(v.b)) && len(v.b) <= math.MaxUint32 {
 		ltOn := uint64(msb)
 		if v.tag {
 			ltOn = 0
@@ -47,8 +47,12 @@ func (v *Checker) Object(i, depth int, out []Field) (end, n int) {
 			return j, int(flags >> 8)
 		}
 	}
-	if i >= len(v.b) || v.b[i] != '{' {
-		return v.Value(i, depth), 0
+	if uint(i) >= uint(len(v.b)) || v.b[i] != '{' {
+		end = v.Value(i, depth)
+		if end < 0 {
+			return -1, 0
+		}
+		return end, 0
 	}
 	end = v.Members(i, func(key []byte, vs int) int {
 		ve := v.Value(vs, depth+1)

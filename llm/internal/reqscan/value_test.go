@@ -178,3 +178,18 @@ func TestObject(t *testing.T) {
 		}
 	}
 }
+
+// TestValueOutside: an index outside the document is invalid for both
+// walks, never a read outside it.
+func TestValueOutside(t *testing.T) {
+	b := []byte(`{"a":[1,2]}`)
+	for _, i := range []int{-1, -8, len(b), len(b) + 8} {
+		v := Checker{b: b[:len(b):len(b)]}
+		if got := v.Value(i, 0); got != -1 {
+			t.Errorf("Value(%d) = %d, want -1", i, got)
+		}
+		if got, n := v.Object(i, 0, make([]Field, 2)); got != -1 || n != 0 {
+			t.Errorf("Object(%d) = %d, %d, want -1, 0", i, got, n)
+		}
+	}
+}
