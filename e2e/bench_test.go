@@ -81,12 +81,22 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			body := sz.body
 			res := map[string]*loadResult{"filter": {}, "no filter": {}, "no skip": {}, "filter before": {}}
 			names := []string{"no filter", "filter", "no skip"}
+			urls := map[string]string{"no filter": without.listenURL, "filter": with.listenURL, "no skip": noSkip.listenURL}
+			order := []string{"no filter", "filter", "no skip"}
+			if before != nil {
+				urls["filter before"] = before.listenURL
+				order = append(order, "filter before")
+			}
 			for r := 0; r < rounds; r++ {
-				res["no filter"].add(runLoad(b, without.listenURL+sz.path, body, sz.requests, concurrency))
-				res["filter"].add(runLoad(b, with.listenURL+sz.path, body, sz.requests, concurrency))
-				res["no skip"].add(runLoad(b, noSkip.listenURL+sz.path, body, sz.requests, concurrency))
-				if before != nil {
-					res["filter before"].add(runLoad(b, before.listenURL+sz.path, body, sz.requests, concurrency))
+				// Each round runs the stacks in the other order: the one
+				// measured later in a round measures 0.03-0.04x better at
+				// 1 KB even when it is the same module.
+				for k := range order {
+					name := order[k]
+					if r%2 == 1 {
+						name = order[len(order)-1-k]
+					}
+					res[name].add(runLoad(b, urls[name]+sz.path, body, sz.requests, concurrency))
 				}
 			}
 			if before != nil {
