@@ -10,7 +10,7 @@ import (
 
 // TestUnderWasm runs this package's tests (with their fuzz seed corpora)
 // built for wasip1 under wazero: the filter runs this code as wasm, where
-// the JSON string scanner is assembly (internal/reqscan/words_wasm.s).
+// the JSON walk is assembly (internal/reqscan/value_wasm.s).
 func TestUnderWasm(t *testing.T) {
 	wasmtest.Run(t, "-test.run", "^(Test|Fuzz)", "-test.skip", "^TestUnderWasm$")
 }

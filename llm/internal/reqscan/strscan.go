@@ -79,23 +79,26 @@ func tailWord(b []byte, i int) uint64 {
 	return x
 }
 
-// maskScanner selects the string scanner: scanWords (words.go) under
-// wasm, strWords natively. Go's wasm backend makes each branch and call
-// cost as much as dozens of bit operations, so there settling every stop
-// of a word with bit operations wins, in assembly (words_wasm.s); on a
-// CPU the word loop with byte-by-byte stops is faster. Tests run both.
+// maskScanner selects the string scanner: masks settling 8 bytes at a
+// time under wasm (in assembly, value_wasm.s; scanWords, words.go, is
+// the same scan in Go), strWords natively. Go's wasm backend makes each
+// branch and call cost as much as dozens of bit operations, so there
+// settling every stop of a word with bit operations wins; on a CPU the
+// word loop with byte-by-byte stops is faster. Tests run both.
 var maskScanner = runtime.GOARCH == "wasm"
 
 // str validates the string starting at b[i]=='"' and returns the index
 // after it, or -1. Until the tag hint is set it also looks at each '<'.
 //
-// scanWords does the work; str handles what it leaves: escapes other
+// Under wasm the assembly walk (valueWords) scans the string; elsewhere
+// scanWords does the work, and str handles what it leaves: escapes other
 // than \", \\, \n and \t, each '<' while the hint is unset, and the
 // document's last bytes (strTail).
 func (v *Checker) str(b []byte, i int) int {
 	if !maskScanner {
 		return v.strWords(b, i)
 	}
+	open := i
 	i++
 	// A first word without a quote, backslash, control byte or '<' is
 	// skipped here, and a short string with only plain bytes ends here:
@@ -108,6 +111,17 @@ func (v *Checker) str(b []byte, i int) int {
 		} else if low := q & -q; low != 0 && (low-1)&stop == 0 {
 			return i + bits.TrailingZeros64(q)>>3 + 1
 		}
+	}
+	if hasValueWords {
+		ltOn := uint64(msb)
+		if v.tag {
+			ltOn = 0
+		}
+		j, flags := valueWords(b, open, ltOn, nil) // a string never bails
+		if flags&valueTag != 0 {
+			v.tag = true
+		}
+		return j
 	}
 	for {
 		var ltOn uint64

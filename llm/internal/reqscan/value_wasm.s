@@ -3,8 +3,9 @@
 // valueWords (value.go) is Checker.Value's loop written out in
 // WebAssembly, with str's string scan inside it: one function, so the
 // walk of a nested value takes no Go call and no resume-table jump per
-// token. Its states are explicit (R13) and strings are settled 8 bytes at
-// a time as in words_wasm.s.
+// token. Its states are explicit (R13), and strings are settled 8 bytes
+// at a time with masks (scanWords, words.go, is the same scan in Go).
+// str hands a whole string to it too.
 
 #define MSB $0x8080808080808080
 #define LOW7 $0x7f7f7f7f7f7f7f7f
@@ -25,7 +26,9 @@
 #define COLON $3
 #define AFTER $4
 
-// NE pushes ne(x, k) for x in R4 (words_wasm.s).
+// NE pushes ne(x, k) for x in R4: the high bit set in each byte of x
+// other than k, the others clear (eqMask's complement in msb). R10 is
+// scratch.
 #define NE(k) Get R4; I64Const k; I64Xor; Tee R10; I64Const LOW7; I64And; I64Const LOW7; I64Add; Get R10; I64Or
 
 // NOTMSB turns the top of the stack y into ^y & msb.
@@ -33,6 +36,12 @@
 
 // EQMASK pushes eqMask(x, k) for x in R4.
 #define EQMASK(k) NE(k); NOTMSB
+
+// ADV advances R0 by n bytes.
+#define ADV(n) Get R0; I64Const n; I64Add; Set R0
+
+// TAG notes that a tag may be held and stops looking at '<'.
+#define TAG Get R15; I64Const $1; I64Or; Set R15; I64Const $0; Set R14
 
 // FAIL returns -1: the value is invalid.
 #define FAIL Get SP; I64Const $-1; I64Store j+64(FP); Get SP; I64Const $0; I64Store flags+72(FP); RET
@@ -42,7 +51,7 @@
 
 // SKIPWS advances R0 past whitespace and leaves the next byte in R4,
 // failing at the document's end.
-#define SKIPWS Block; Loop; Get R0; Get R1; I64GeU; If; FAIL; End; Get R0; I32WrapI64; I64Load8U $0; Tee R4; I64Const $32; I64GtU; BrIf $1; I64Const $0x100002600; Get R4; I64ShrU; I64Const $1; I64And; I64Eqz; BrIf $1; Get R0; I64Const $1; I64Add; Set R0; Br $0; End; End
+#define SKIPWS Block; Loop; Get R0; Get R1; I64GeU; If; FAIL; End; Get R0; I32WrapI64; I64Load8U $0; Tee R4; I64Const $32; I64GtU; BrIf $1; I64Const $0x100002600; Get R4; I64ShrU; I64Const $1; I64And; I64Eqz; BrIf $1; ADV($1); Br $0; End; End
 
 // ISDIGIT pushes whether the byte in R4 is a digit (i32).
 #define ISDIGIT Get R4; I64Const $48; I64Sub; I64Const $10; I64LtU
@@ -54,7 +63,7 @@
 #define PEEKB I64Const $0; Set R4; Get R0; Get R1; I64LtU; If; Get R0; I32WrapI64; I64Load8U $0; Set R4; End
 
 // DIGITS advances R0 past digits (at least one, else it fails).
-#define DIGITS LOADB; ISDIGIT; I32Eqz; If; FAIL; End; Block; Loop; Get R0; I64Const $1; I64Add; Set R0; PEEKB; ISDIGIT; I32Eqz; BrIf $1; Br $0; End; End
+#define DIGITS LOADB; ISDIGIT; I32Eqz; If; FAIL; End; Block; Loop; ADV($1); PEEKB; ISDIGIT; I32Eqz; BrIf $1; Br $0; End; End
 
 // HEX fails unless the byte at address R10+off is a hex digit.
 #define HEX(off) Get R10; I32WrapI64; I64Load8U off; Set R4; ISDIGIT; Get R4; I64Const $32; I64Or; I64Const $97; I64Sub; I64Const $6; I64LtU; I32Or; I32Eqz; If; FAIL; End
@@ -112,10 +121,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 		I64Const STRING
 		I64Eq
 		If
-			Get R0
-			I64Const $1
-			I64Add
-			Set R0
+			ADV($1)
 			I64Const $0
 			Set R2
 			Block // the closing quote
@@ -127,7 +133,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			Get R1
 			I64LeU
 			If
-				// A whole word (words_wasm.s).
+				// A whole word, settled with masks (scanWords in words.go).
 				Get R0
 				I32WrapI64
 				I64Load $0
@@ -158,10 +164,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				I64Or
 				I64Eqz
 				If
-					Get R0
-					I64Const $8
-					I64Add
-					Set R0
+					ADV($8)
 					Br $3 // the next word
 				End
 				Get R5
@@ -263,10 +266,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				If
 					Get R11
 					Set R2
-					Get R0
-					I64Const $8
-					I64Add
-					Set R0
+					ADV($8)
 					Br $3 // the next word
 				End
 				// The first event; a control byte before it is invalid.
@@ -345,12 +345,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 					I64Const $0x2a2a
 					I64Eq
 					If
-						Get R15
-						I64Const $1
-						I64Or
-						Set R15
-						I64Const $0
-						Set R14
+						TAG
 					End
 				End
 				Br $2 // the next bytes
@@ -374,10 +369,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Const $34
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				Br $3 // the closing quote
 			End
 			Get R4
@@ -410,19 +402,11 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 					I64Const $0x2a2a
 					I64Eq
 					If
-						Get R15
-						I64Const $1
-						I64Or
-						Set R15
-						I64Const $0
-						Set R14
+						TAG
 					End
 				End
 			End
-			Get R0
-			I64Const $1
-			I64Add
-			Set R0
+			ADV($1)
 			Br $1 // the next bytes
 			End // the escape at R0: a backslash
 			Get R0
@@ -470,10 +454,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Eq
 			I32Or
 			If
-				Get R0
-				I64Const $2
-				I64Add
-				Set R0
+				ADV($2)
 				Br $1 // the next bytes
 			End
 			Get R4
@@ -511,17 +492,9 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Eq
 			I32Or
 			If
-				Get R15
-				I64Const $1
-				I64Or
-				Set R15
-				I64Const $0
-				Set R14
+				TAG
 			End
-			Get R0
-			I64Const $6
-			I64Add
-			Set R0
+			ADV($6)
 			Br $0 // the next bytes
 			End // the string's bytes
 			End // the closing quote: R0 past it
@@ -577,10 +550,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Const $44
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				Get R9
 				I64Eqz
 				If
@@ -603,10 +573,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			If
 				FAIL
 			End
-			Get R0
-			I64Const $1
-			I64Add
-			Set R0
+			ADV($1)
 			Get R3
 			I64Const $1
 			I64Sub
@@ -638,19 +605,13 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Eq
 			If
 				PUSH($1)
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				SKIPWS
 				Get R4
 				I64Const $125
 				I64Eq
 				If
-					Get R0
-					I64Const $1
-					I64Add
-					Set R0
+					ADV($1)
 					Get R3
 					I64Const $1
 					I64Sub
@@ -668,19 +629,13 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Eq
 			If
 				PUSH($0)
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				SKIPWS
 				Get R4
 				I64Const $93
 				I64Eq
 				If
-					Get R0
-					I64Const $1
-					I64Add
-					Set R0
+					ADV($1)
 					Get R3
 					I64Const $1
 					I64Sub
@@ -725,10 +680,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				I64Eq
 				I32Or
 				If
-					Get R0
-					I64Const $4
-					I64Add
-					Set R0
+					ADV($4)
 					Br $3
 				End
 				Get R10
@@ -737,10 +689,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				If
 					FAIL
 				End
-				Get R0
-				I64Const $4
-				I64Add
-				Set R0
+				ADV($4)
 				LOADB
 				Get R4
 				I64Const $101 // 'e'
@@ -748,10 +697,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				If
 					FAIL
 				End
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				Br $2
 			End
 			// A number: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
@@ -759,20 +705,14 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Const $45
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 			End
 			LOADB
 			Get R4
 			I64Const $48
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 			Else
 				DIGITS
 			End
@@ -781,10 +721,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Const $46
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				DIGITS
 			End
 			PEEKB
@@ -794,10 +731,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I64Const $101
 			I64Eq
 			If
-				Get R0
-				I64Const $1
-				I64Add
-				Set R0
+				ADV($1)
 				PEEKB
 				Get R4
 				I64Const $43
@@ -807,10 +741,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				I64Eq
 				I32Or
 				If
-					Get R0
-					I64Const $1
-					I64Add
-					Set R0
+					ADV($1)
 				End
 				DIGITS
 			End
@@ -857,10 +788,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 		If
 			FAIL
 		End
-		Get R0
-		I64Const $1
-		I64Add
-		Set R0
+		ADV($1)
 		I64Const VALUE
 		Set R13
 		Br $0

@@ -9,7 +9,7 @@ import (
 )
 
 // TestUnderWasm runs this package's tests (with their fuzz seed corpora)
-// built for wasip1 under wazero, where scanWords is words_wasm.s.
+// built for wasip1 under wazero, where the walk is value_wasm.s.
 func TestUnderWasm(t *testing.T) {
 	wasmtest.Run(t, "-test.run", "^(Test|Fuzz)", "-test.skip", "^TestUnderWasm$")
 }

@@ -23,10 +23,10 @@ func scanFrom(b []byte, i int, carry uint64, lt bool) int {
 // that a borrow between bytes could confuse with them.
 var stringBytes = []byte{'a', '"', '#', '\\', ']', 'n', 't', 'u', '/', '<', '=', '*', 0x00, 0x01, 0x1f, 0x20, 0x7f, 0x80, 0xff}
 
-// TestScanWords holds scanWords (assembly under wasm, words_wasm.s) to
-// strTail, which settles each word with packed masks: random strings of
-// the bytes that matter, from every start, with and without a carry and
-// with and without '<' stops.
+// TestScanWords holds scanWords (the string scan valueWords does in
+// assembly, in Go) to strTail, which settles each word with packed
+// masks: random strings of the bytes that matter, from every start, with
+// and without a carry and with and without '<' stops.
 func TestScanWords(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	b := make([]byte, 0, 80)
