@@ -267,7 +267,7 @@ func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 			if m.e, n = ck.Object(es, 2, fields[:]); m.e >= 0 && n <= len(fields) {
 				for _, f := range fields[:n] {
 					sp := span{int(f.ValueStart), int(f.ValueEnd)}
-					switch keyOf(f.Key(b)) {
+					switch messageKey(f.Key(b)) {
 					case keyRole:
 						role = sp
 					case keyType:
@@ -316,43 +316,14 @@ func (r *Request) indexList(ck *reqscan.Checker, vs int) int {
 
 // The member keys indexList reads. A message has a few keys and there
 // are hundreds of messages: one switch on the length settles most keys
-// without comparing them three times (each comparison is a call in wasm).
+// with a comparison or two against constants (a few loads, no call) and
+// without looking for a backslash.
 const (
 	keyOther = iota
 	keyRole
 	keyType
 	keyContent
 )
-
-// keyOf is messageKey with the common keys settled inline: a comparison
-// with a short constant compiles to a few loads, a call costs more under
-// wasm.
-func keyOf(key []byte) int {
-	switch len(key) {
-	case 4:
-		if string(key) == "role" {
-			return keyRole
-		}
-		if string(key) == "type" {
-			return keyType
-		}
-		return keyOther
-	case 7:
-		if string(key) == "content" {
-			return keyContent
-		}
-		return keyOther
-	case 10:
-		if string(key) == "tool_calls" {
-			return keyOther
-		}
-	case 12:
-		if string(key) == "tool_call_id" {
-			return keyOther
-		}
-	}
-	return messageKey(key)
-}
 
 // messageKey classifies a raw (still escaped) member key of a message.
 func messageKey(key []byte) int {
@@ -370,6 +341,10 @@ func messageKey(key []byte) int {
 			return keyContent
 		}
 		return keyOther
+	case 10, 12: // Chat's tool_calls and tool_call_id, without a search
+		if string(key) == "tool_calls" || string(key) == "tool_call_id" {
+			return keyOther
+		}
 	}
 	if len(key) < 4 || bytes.IndexByte(key, '\\') < 0 {
 		return keyOther

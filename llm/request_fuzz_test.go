@@ -184,9 +184,6 @@ func FuzzMessageKeyAndRole(f *testing.F) {
 		if got := messageKey(raw); isKey && got != want {
 			t.Fatalf("messageKey(%q) = %d, want %d", raw, got, want)
 		}
-		if got := keyOf(raw); isKey && got != want {
-			t.Fatalf("keyOf(%q) = %d, want %d", raw, got, want)
-		}
 		wantRole := roleOther
 		switch {
 		case stringIs(raw, "user"):

@@ -40,6 +40,9 @@
 // ADV advances R0 by n bytes.
 #define ADV(n) Get R0; I64Const n; I64Add; Set R0
 
+// POP closes the innermost container.
+#define POP Get R3; I64Const $1; I64Sub; Set R3
+
 // TAG notes that a tag may be held and stops looking at '<'.
 #define TAG Get R15; I64Const $1; I64Or; Set R15; I64Const $0; Set R14
 
@@ -574,10 +577,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				FAIL
 			End
 			ADV($1)
-			Get R3
-			I64Const $1
-			I64Sub
-			Set R3
+			POP
 			Br $1
 		End
 
@@ -612,10 +612,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				I64Eq
 				If
 					ADV($1)
-					Get R3
-					I64Const $1
-					I64Sub
-					Set R3
+					POP
 					I64Const AFTER
 					Set R13
 					Br $3
@@ -636,10 +633,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				I64Eq
 				If
 					ADV($1)
-					Get R3
-					I64Const $1
-					I64Sub
-					Set R3
+					POP
 					I64Const AFTER
 					Set R13
 				End
