@@ -46,6 +46,10 @@
 // TAG notes that a tag may be held and stops looking at '<'.
 #define TAG Get R15; I64Const $1; I64Or; Set R15; I64Const $0; Set R14
 
+// STARS notes a tag when the '<' at the address in r is followed by
+// "**" inside the document.
+#define STARS(r) Get r; I64Const $3; I64Add; Get R1; I64LeU; If; Get r; I32WrapI64; I64Load16U $1; I64Const $0x2a2a; I64Eq; If; TAG; End; End
+
 // FAIL returns -1: the value is invalid.
 #define FAIL Get SP; I64Const $-1; I64Store j+64(FP); Get SP; I64Const $0; I64Store flags+72(FP); RET
 
@@ -336,21 +340,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 				Set R0
 				I64Const $0
 				Set R2
-				Get R10
-				I64Const $3
-				I64Add
-				Get R1
-				I64LeU
-				If
-					Get R10
-					I32WrapI64
-					I64Load16U $1
-					I64Const $0x2a2a
-					I64Eq
-					If
-						TAG
-					End
-				End
+				STARS(R10)
 				Br $2 // the next bytes
 			End
 			// Fewer than 8 bytes left: one byte at a time.
@@ -393,21 +383,7 @@ TEXT ·valueWords(SB), NOSPLIT, $0-80
 			I32Eqz
 			I32And
 			If
-				Get R0
-				I64Const $3
-				I64Add
-				Get R1
-				I64LeU
-				If
-					Get R0
-					I32WrapI64
-					I64Load16U $1
-					I64Const $0x2a2a
-					I64Eq
-					If
-						TAG
-					End
-				End
+				STARS(R0)
 			End
 			ADV($1)
 			Br $1 // the next bytes
