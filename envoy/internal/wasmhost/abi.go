@@ -55,11 +55,19 @@ func (h handler) bind(sig abi.Func) hostFunc {
 	}
 	n, words := len(sig.Params), h.words
 	hf.fn = func(vm *vmInstance, ctx context.Context, stack []uint64) {
-		a := make([]uint32, n)
+		var a []uint32
+		if d := vm.argDepth; d < scratchDepth && n <= len(vm.scratch[d].args) {
+			a = vm.scratch[d].args[:n]
+		} else {
+			a = make([]uint32, n)
+		}
 		for i := range a {
 			a[i] = uint32(stack[i])
 		}
-		stack[0] = uint64(words(vm, ctx, a))
+		vm.argDepth++
+		r := words(vm, ctx, a)
+		vm.argDepth--
+		stack[0] = uint64(r)
 	}
 	return hf
 }
@@ -152,14 +160,18 @@ func (vm *vmInstance) alloc(ctx context.Context, size uint32) (uint32, bool) {
 	if vm.fnMalloc == nil {
 		return 0, false
 	}
-	res, err := vm.fnMalloc.Call(ctx, uint64(size))
-	if err != nil {
+	// A nested allocation (none is expected: the guest's allocator calls
+	// no host function that allocates) would leave this call's result
+	// intact: the result is written when the call returns.
+	stack := vm.mallocStack[:]
+	stack[0] = uint64(size)
+	if err := vm.fnMalloc.CallWithStack(ctx, stack); err != nil {
 		panic(err)
 	}
-	if len(res) == 0 || uint32(res[0]) == 0 {
+	if len(vm.fnMalloc.Definition().ResultTypes()) == 0 || uint32(stack[0]) == 0 {
 		return 0, false
 	}
-	return uint32(res[0]), true
+	return uint32(stack[0]), true
 }
 
 // copyOut is cpp-host copyToPointerSize: allocate a guest copy of data and

@@ -50,18 +50,21 @@ func newStream(f *Factory, vm *vmInstance, cb httpfilter.Callbacks) *stream {
 
 func (s *stream) vmFailed() bool { return s.vm == nil || s.vm.failed.Load() }
 
-// lock takes the VM lock; the returned func releases it and then runs the
+// lock takes the VM lock; unlock releases it and then runs the
 // after-call actions (deferred local replies, continues, resets).
-func (s *stream) lock() func() {
+func (s *stream) lock() {
+	if s.vm != nil {
+		s.vm.mu.Lock()
+	}
+}
+
+func (s *stream) unlock() {
 	if s.vm == nil {
-		return func() {}
+		return
 	}
-	s.vm.mu.Lock()
-	return func() {
-		after := s.vm.takeAfter()
-		s.vm.mu.Unlock()
-		runAfter(after)
-	}
+	after := s.vm.takeAfter()
+	s.vm.mu.Unlock()
+	runAfter(after)
 }
 
 // checkFail is cpp-host's CHECK_FAIL_HTTP: with the VM dead, a fail-open
@@ -133,19 +136,9 @@ func (vm *vmInstance) callStream(s *stream, fn api.Function, args ...uint64) (st
 	if vm.failed.Load() || vm.closed {
 		return streamResult{}, false
 	}
-	prev := vm.cur
-	st := &callState{current: s.id}
-	vm.cur = st
-	res, err := fn.Call(s.ctx, args...)
-	if err != nil {
-		vm.fail(fn.Definition().Name(), err) // logged as the stream's plugin
-		vm.cur = prev
+	v, st, ok := vm.invoke(s.ctx, s.id, fn, args...)
+	if !ok {
 		return streamResult{}, false
-	}
-	vm.cur = prev
-	var v uint64
-	if len(res) > 0 {
-		v = res[0]
 	}
 	return streamResult{value: v, stop: st.stopIteration}, true
 }
@@ -197,7 +190,8 @@ func trailersStatus(v uint64, stop bool) httpfilter.TrailersStatus {
 
 // DecodeHeaders is proxy_on_request_headers(ctx, num_headers, end_of_stream).
 func (s *stream) DecodeHeaders(h *httpfilter.Headers, endStream bool) httpfilter.HeadersStatus {
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed {
 		return httpfilter.HeadersContinue
 	}
@@ -252,7 +246,8 @@ func (s *stream) EncodeData(body *httpfilter.Buffer, endStream bool) httpfilter.
 }
 
 func (s *stream) data(body *httpfilter.Buffer, endStream, response bool) httpfilter.DataStatus {
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed || !s.created || (response && s.failedReplySent) {
 		return httpfilter.DataContinue
 	}
@@ -302,7 +297,8 @@ func (s *stream) EncodeTrailers(t *httpfilter.Headers) httpfilter.TrailersStatus
 }
 
 func (s *stream) trailers(t *httpfilter.Headers, response bool) httpfilter.TrailersStatus {
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed || !s.created || (response && s.failedReplySent) {
 		return httpfilter.TrailersContinue
 	}
@@ -338,7 +334,8 @@ func (s *stream) trailers(t *httpfilter.Headers, response bool) httpfilter.Trail
 // EncodeHeaders is proxy_on_response_headers. After the stream failed and
 // its 503 went out, the VM is not called again (Envoy encodeHeaders).
 func (s *stream) EncodeHeaders(h *httpfilter.Headers, endStream bool) httpfilter.HeadersStatus {
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed || !s.created || s.failedReplySent {
 		return httpfilter.HeadersContinue
 	}
@@ -353,7 +350,8 @@ func (s *stream) EncodeHeaders(h *httpfilter.Headers, endStream bool) httpfilter
 // forgets the context. A context never created (no request headers seen)
 // is created first, as Envoy's access log does.
 func (s *stream) OnStreamComplete() {
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed {
 		return
 	}

@@ -100,7 +100,8 @@ func (n *netStream) failStatus() netfilter.Status {
 // anything else stops iteration.
 func (n *netStream) OnNewConnection() netfilter.Status {
 	s := n.s
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if failed, _ := n.checkFail(); failed {
 		return n.failStatus()
 	}
@@ -134,7 +135,8 @@ func (n *netStream) OnUpstreamData(buf *httpfilter.Buffer, endStream bool) netfi
 
 func (n *netStream) data(buf *httpfilter.Buffer, endStream, upstream bool) netfilter.Status {
 	s := n.s
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed || !s.created {
 		return netfilter.Continue
 	}
@@ -160,7 +162,8 @@ func (n *netStream) data(buf *httpfilter.Buffer, endStream, upstream bool) netfi
 
 func (n *netStream) upstreamClosed() {
 	s := n.s
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed || !s.created || s.vmFailed() {
 		return
 	}
@@ -177,7 +180,8 @@ func (n *netStream) upstreamClosed() {
 // proxy_on_delete.
 func (n *netStream) OnDownstreamClose(peer netfilter.CloseType) {
 	s := n.s
-	defer s.lock()()
+	s.lock()
+	defer s.unlock()
 	if s.completed {
 		return
 	}

@@ -71,8 +71,19 @@ type vmInstance struct {
 	roots         map[uint32]*rootContext
 	rootOf        map[*Factory]*rootContext
 	cur           *callState
-	after         []func()
-	restricted    bool // during _initialize/_start, as Envoy's restricted callbacks
+	// scratch is per call depth (host functions call the guest's
+	// allocator, which may call the host): the call states, result
+	// stacks and host-call arguments of the calls in progress, so a call
+	// allocates none of them.
+	scratch [scratchDepth]struct {
+		call  callState
+		stack [8]uint64
+		args  [8]uint32
+	}
+	callDepth, argDepth int
+	mallocStack         [1]uint64
+	after               []func()
+	restricted          bool // during _initialize/_start, as Envoy's restricted callbacks
 
 	pendingCalls map[uint32]context.CancelFunc
 	nextCallID   uint32
@@ -365,19 +376,42 @@ func (vm *vmInstance) call(ctx context.Context, current uint32, fn api.Function,
 	if vm.failed.Load() || vm.closed {
 		return 0, false
 	}
-	prev := vm.cur
-	vm.cur = &callState{current: current}
-	res, err := fn.Call(ctx, args...)
+	res, _, ok := vm.invoke(ctx, current, fn, args...)
+	return res, ok
+}
+
+// scratchDepth is how deep calls nest before they allocate their state.
+const scratchDepth = 4
+
+// invoke calls fn as context current, with vm.cur set for the host
+// functions it calls; it returns fn's first result (0 when none) and the
+// call state the host functions left. A trap fails the VM.
+func (vm *vmInstance) invoke(ctx context.Context, current uint32, fn api.Function, args ...uint64) (uint64, callState, bool) {
+	prev, d := vm.cur, vm.callDepth
+	var st *callState
+	var stack []uint64
+	if d < scratchDepth && len(args) <= len(vm.scratch[d].stack) {
+		st, stack = &vm.scratch[d].call, vm.scratch[d].stack[:]
+		*st = callState{current: current}
+	} else {
+		st, stack = &callState{current: current}, make([]uint64, max(len(args), 1))
+	}
+	copy(stack, args)
+	vm.cur = st
+	vm.callDepth++
+	err := fn.CallWithStack(ctx, stack)
+	vm.callDepth--
 	if err != nil {
-		vm.fail(fn.Definition().Name(), err) // logged as the plugin in the call
+		vm.fail(fn.Definition().Name(), err) // logged as the plugin in the call: vm.cur still names it
 		vm.cur = prev
-		return 0, false
+		return 0, callState{}, false
 	}
 	vm.cur = prev
-	if len(res) == 0 {
-		return 0, true
+	var v uint64
+	if len(fn.Definition().ResultTypes()) > 0 {
+		v = stack[0]
 	}
-	return res[0], true
+	return v, *st, true
 }
 
 // fail marks the VM dead after a guest fault. Streams bound to it fail per
