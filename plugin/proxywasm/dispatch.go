@@ -21,7 +21,6 @@ func SetVMContext(vm VMContext) {
 	state = dispatcher{
 		vm:      vm,
 		plugins: map[uint32]*pluginEntry{},
-		streams: map[uint32]*streamEntry{},
 	}
 }
 
@@ -46,7 +45,7 @@ type streamEntry struct {
 type dispatcher struct {
 	vm      VMContext
 	plugins map[uint32]*pluginEntry
-	streams map[uint32]*streamEntry
+	streams streamTable
 	active  uint32 // context whose callback is running (owner of new HTTP calls)
 }
 
@@ -89,7 +88,7 @@ func (guest) OnContextCreate(contextID, parentID uint32) {
 		return
 	}
 	if hc := p.ctx.NewHttpContext(contextID); hc != nil {
-		s.streams[contextID] = &streamEntry{ctx: hc, pluginID: parentID}
+		s.streams.put(contextID, &streamEntry{ctx: hc, pluginID: parentID})
 	}
 }
 
@@ -124,7 +123,7 @@ func stream(name string, id uint32, fn func(HttpContext) Action) (action abi.Act
 			action = abi.ActionContinue // fail open
 		}
 	}()
-	e, ok := state.streams[id]
+	e, ok := state.streams.get(id)
 	if !ok {
 		return abi.ActionContinue
 	}
@@ -183,7 +182,7 @@ func (guest) OnHttpCallResponse(rootID, calloutID, numHeaders, bodySize, numTrai
 	if c.streamID != 0 {
 		// The host calls back on the plugin context; make the stream
 		// effective again so ResumeHttpRequest and friends act on it.
-		if _, alive := state.streams[c.streamID]; alive && bridge.CurrentHost().SetEffectiveContext(c.streamID) == abi.StatusOK {
+		if _, alive := state.streams.get(c.streamID); alive && bridge.CurrentHost().SetEffectiveContext(c.streamID) == abi.StatusOK {
 			state.active = c.streamID
 		}
 	}
@@ -221,7 +220,7 @@ func (guest) OnForeignFunction(rootID, functionID, size uint32) {
 
 // streamDone delivers OnHttpStreamDone at most once.
 func streamDone(id uint32) {
-	e, ok := state.streams[id]
+	e, ok := state.streams.get(id)
 	if !ok || e.finished {
 		return
 	}
@@ -251,9 +250,9 @@ func (guest) OnDone(id uint32) (completed bool) {
 
 func (guest) OnDelete(id uint32) {
 	defer func() { recovered("proxy_on_delete", recover()) }()
-	if _, ok := state.streams[id]; ok {
+	if _, ok := state.streams.get(id); ok {
 		streamDone(id) // a host that skipped proxy_on_log still gets it
-		delete(state.streams, id)
+		state.streams.del(id)
 		return
 	}
 	delete(state.plugins, id)
@@ -271,7 +270,7 @@ func DispatchHttpCall(cluster string, headers [][2]string, body []byte, trailers
 		return 0, fmt.Errorf("proxywasm: DispatchHttpCall needs a callback: %w", ErrBadArgument)
 	}
 	var pluginID, streamID uint32
-	if e, ok := state.streams[state.active]; ok {
+	if e, ok := state.streams.get(state.active); ok {
 		pluginID, streamID = e.pluginID, state.active
 	} else if _, ok := state.plugins[state.active]; ok {
 		pluginID = state.active
