@@ -3,6 +3,7 @@ package filter
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1114,5 +1115,42 @@ func TestDirectivesDroppedAreCountedAndLogged(t *testing.T) {
 func TestSessionHeadersFit(t *testing.T) {
 	if n := len(llm.SessionHeaders()); n > maxSessionHeaders {
 		t.Fatalf("llm has %d session headers, the filter keeps %d: raise maxSessionHeaders", n, maxSessionHeaders)
+	}
+}
+
+// The session the filter resolves from its kept session headers is the
+// one llm.SessionID picks over the header map, for random sets of session
+// headers in any order and case, blank, padded or repeated (a repeated
+// header counts with its first value that is not empty).
+func TestSessionHeadersMatchLLM(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	values := []string{"", " ", "a", " b ", "\tc", "same"}
+	e := newEnv(t, "")
+	for i := 0; i < 300; i++ {
+		var hdrs [][2]string
+		for range r.IntN(5) {
+			name := sessionHeaderNames[r.IntN(len(sessionHeaderNames))]
+			if r.IntN(2) == 0 {
+				name = strings.ToUpper(name)
+			}
+			hdrs = append(hdrs, [2]string{name, values[r.IntN(len(values))]})
+		}
+		e.send(llm.Chat, `{"messages":[{"role":"user","content":"x"}]}`, hdrs...)
+		_, prep := e.lastPrepare()
+		req, err := llm.ParseRequest(llm.Chat, []byte(`{"messages":[]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := req.SessionID(llm.HeaderFunc(func(name string) string {
+			for _, kv := range hdrs {
+				if strings.EqualFold(kv[0], name) && kv[1] != "" {
+					return kv[1]
+				}
+			}
+			return ""
+		}))
+		if prep.SessionID != want {
+			t.Fatalf("headers %q: session %q, llm picks %q", hdrs, prep.SessionID, want)
+		}
 	}
 }

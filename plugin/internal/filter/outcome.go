@@ -33,7 +33,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		}
 		h.outcomeSent = true
 		h.startResponse(headers, ok, endOfStream)
-		if h.plugin.reportOutcome(path, h.requestID, h.plugin.cfg.PrepareTimeoutMs, func() {
+		if h.plugin.reportOutcome(path, h.id(), h.plugin.cfg.PrepareTimeoutMs, func() {
 			h.outcomePending = false
 			if !h.streamDone {
 				_ = proxywasm.ResumeHttpResponse()
@@ -56,7 +56,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	h.prepareSettled()
 	if h.reserved && !h.outcomeSent {
 		h.outcomeSent = true
-		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
+		h.plugin.sendOutcome(hostapi.PathRollback, h.id())
 	}
 	h.cancelPendingResolve()
 	h.recycleBodies()

@@ -73,7 +73,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
 	switch {
 	case failure == "" && ans.Reserved && gone:
-		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID) // a reservation must not linger
+		h.plugin.sendOutcome(hostapi.PathRollback, h.id()) // a reservation must not linger
 	case failure != "" && !hostRefused(numHeaders) && !neverSent(numHeaders):
 		// A prepare without a usable answer may still have reserved
 		// reminders this request never carries: a timeout reaches the
@@ -81,7 +81,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		// reset, and a host that serves the call late still reserves.
 		// Undo that; for an id it has not seen the host keeps a tombstone,
 		// so the late prepare reserves nothing (docs/failures.md).
-		h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
+		h.plugin.sendOutcome(hostapi.PathRollback, h.id())
 	}
 	if gone {
 		return
@@ -100,7 +100,7 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 		if delivered {
 			h.reserved = true
 		} else {
-			h.plugin.sendOutcome(hostapi.PathRollback, h.requestID)
+			h.plugin.sendOutcome(hostapi.PathRollback, h.id())
 		}
 	}
 	h.resume()
@@ -153,14 +153,14 @@ func neverSent(numHeaders int) bool {
 func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	p := h.plugin
 	p.hostFailures.inc()
-	proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.requestID, reason)
+	proxywasm.LogDebugf("chime: request %s: host prepare failed: %s", h.id(), reason)
 	if !p.cfg.FailOpen {
 		p.doneWith(h.req)
 		h.req = nil
 		err := proxywasm.SendHttpResponse(503, [][2]string{{"content-type", "application/json"}},
 			[]byte(`{"error":{"type":"chime_host_unavailable","message":"chime host unavailable"}}`), -1)
 		if err != nil {
-			proxywasm.LogWarnf("chime: request %s: send 503: %v", h.requestID, err)
+			proxywasm.LogWarnf("chime: request %s: send 503: %v", h.id(), err)
 		}
 		return proxywasm.ActionPause
 	}
@@ -196,13 +196,13 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	if p.cfg.TimeTag {
 		p.tagBuf = p.tagger.Append(p.tagBuf[:0], now, h.zone, p.ntpOffsetMs)
 		if err := req.AppendUserText(string(p.tagBuf)); err != nil {
-			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.requestID, err)
+			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.id(), err)
 		}
 	}
 	remindersDelivered = true
 	if ans != nil && ans.Reminders != "" {
 		if err := req.AppendUserText(ans.Reminders); err != nil {
-			proxywasm.LogWarnf("chime: request %s: reminders not added: %v", h.requestID, err)
+			proxywasm.LogWarnf("chime: request %s: reminders not added: %v", h.id(), err)
 			remindersDelivered = false
 		}
 	}
@@ -214,7 +214,7 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	out := req.AppendBytes(proxywasm.BodyBuffer(req.Size()))
 	h.bodyOut = out
 	if err := proxywasm.ReplaceHttpRequestBody(out); err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.id(), err)
 		return false
 	}
 	h.sentBody = out // the response path hands it to resolve
@@ -237,7 +237,7 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 		specs, injected = nil, nil
 		for _, spec := range plan.specs {
 			if req.HasToolNamed(spec.Name()) {
-				proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.requestID, spec.Name())
+				proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.id(), spec.Name())
 				continue
 			}
 			specs = append(specs, spec)
@@ -247,7 +247,7 @@ func (h *httpContext) injectTools(req *llm.Request, names []string) {
 	}
 	if len(specs) > 0 {
 		if err := req.InjectRendered(specs...); err != nil {
-			proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.requestID, err)
+			proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.id(), err)
 			return
 		}
 	}
@@ -299,6 +299,6 @@ func (p *pluginContext) toolPlanFor(proto llm.Protocol, names []string) *toolPla
 
 func (h *httpContext) resume() {
 	if err := proxywasm.ResumeHttpRequest(); err != nil {
-		proxywasm.LogDebugf("chime: request %s: resume: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: resume: %v", h.id(), err)
 	}
 }

@@ -22,7 +22,7 @@ type httpContext struct {
 
 	handled        bool // an LLM protocol request that is not a followup
 	protocol       llm.Protocol
-	requestID      string
+	requestID      string      // made by id, when first needed
 	timezone       string      // the x-chime-timezone header, raw
 	sessionHeaders [][2]string // the llm.SessionHeaders() present, name and value
 	// sessionHeadersRoom holds the usual one or two without an allocation.
@@ -97,40 +97,35 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	var hasPath, hasMarker, hasLength, hasEncoding, hasTimezone bool
 	var session [maxSessionHeaders]string // by sessionHeaderNames index
 	for _, kv := range headers {
-		name := kv[0]
-		if !isLower(name) {
-			name = strings.ToLower(name)
-		}
-		switch name {
-		case ":method":
+		switch role := headerRoleOf(kv[0]); role {
+		case roleNone:
+		case roleMethod:
 			if method == "" {
 				method = kv[1]
 			}
-		case ":path":
+		case rolePath:
 			if !hasPath {
 				path, hasPath = kv[1], true
 			}
-		case hostapi.HeaderFollowup:
+		case roleMarker:
 			if !hasMarker {
 				marker, hasMarker = kv[1], true
 			}
-		case "x-request-id":
+		case roleRequestID:
 			if clientID == "" {
 				clientID = kv[1]
 			}
-		case hostapi.HeaderTimezone:
+		case roleTimezone:
 			if !hasTimezone {
 				h.timezone, hasTimezone = kv[1], true
 			}
-		case "content-length":
+		case roleLength:
 			hasLength = true
-		case "accept-encoding":
+		case roleEncoding:
 			hasEncoding = true
 		default:
-			for i, sh := range sessionHeaderNames[:min(len(sessionHeaderNames), len(session))] {
-				if name == sh && session[i] == "" {
-					session[i] = kv[1]
-				}
+			if i := role - roleSession; session[i] == "" {
+				session[i] = kv[1]
 			}
 		}
 	}
@@ -175,10 +170,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	h.requestHeaders = headers // followupHeaders runs only if a resolve needs it
 	// The client's x-request-id is only logged: a client-chosen id as the
 	// reservation and resolve key would let one session roll back or
-	// cancel another's (docs/failures.md).
-	h.requestID = newRequestID()
+	// cancel another's (docs/failures.md). The filter's own id is made
+	// when first needed (h.id): a request that skips prepare and needs no
+	// resolve never needs one.
 	if clientID != "" && proxywasm.LogDebugEnabled() {
-		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.requestID, clientID)
+		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.id(), clientID)
 	}
 	h.timezone = strings.TrimSpace(h.timezone)
 	for i, v := range session {
@@ -217,7 +213,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.bodyDone = true
 	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
 	if err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.id(), err)
 		h.prepareSettled()
 		h.routeWithoutAnswer("")
 		return proxywasm.ActionContinue
@@ -240,23 +236,12 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.serverTools = h.plugin.injectable(req)
 	h.zone = h.plugin.zoneFor(h.timezone)
 	h.streaming = req.Stream()
-	h.sessionID = req.SessionID((*sessionHeaderList)(&h.sessionHeaders))
+	h.sessionID = h.sessionOf(req)
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	now := h.plugin.now()                            // one clock read for the request (two WASI calls in the guest)
-	prep := hostapi.PrepareRequest{
-		RequestID:  h.requestID,
-		Protocol:   h.protocol.String(),
-		SessionID:  h.sessionID,
-		Timezone:   h.zone.String(),
-		Directives: h.hostDirectives(req.Directives()),
-		// Positions restart with each stored response (docs/directives.md).
-		PreviousResponseID: req.PreviousResponseID(),
-		// After this the prepare must not reserve (docs/failures.md): the filter
-		// fails open and rolls the id back.
-		DeadlineMs: now.UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
-	}
+	dirs := h.hostDirectives(req.Directives())
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
-	if len(prep.Directives) == 0 {
+	if len(dirs) == 0 {
 		// A session with kept directives is never quiet (storeQuiet,
 		// keepDirectives), so a quiet one needs no read of them.
 		if e, ok := h.plugin.quietFor(h.sessionID, now); ok {
@@ -264,8 +249,39 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 			return proxywasm.ActionContinue
 		}
 	}
+	prep := hostapi.PrepareRequest{
+		RequestID:  h.id(),
+		Protocol:   h.protocol.String(),
+		SessionID:  h.sessionID,
+		Timezone:   h.zone.String(),
+		Directives: dirs,
+		// Positions restart with each stored response (docs/directives.md).
+		PreviousResponseID: req.PreviousResponseID(),
+		// After this the prepare must not reserve (docs/failures.md): the filter
+		// fails open and rolls the id back.
+		DeadlineMs: now.UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
+	}
 	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
 	return h.prepare(prep)
+}
+
+// sessionOf is req.SessionID over the session headers. h.sessionHeaders
+// holds, in llm's priority order, only the headers whose value is not
+// blank, so the first of them is the one SessionID would pick.
+func (h *httpContext) sessionOf(req *llm.Request) string {
+	if len(h.sessionHeaders) > 0 {
+		return strings.TrimSpace(h.sessionHeaders[0][1])
+	}
+	return req.SessionID(nil)
+}
+
+// id is the filter's id of this request: the reservation and resolve key
+// the host knows it by, and the name it has in the logs.
+func (h *httpContext) id() string {
+	if h.requestID == "" {
+		h.requestID = newRequestID()
+	}
+	return h.requestID
 }
 
 // reentryAddress is the destination.address property: the listener the
@@ -298,7 +314,7 @@ func (p *pluginContext) injectable(req *llm.Request) []string {
 // unmodified (docs/failures.md), counted and logged at debug.
 func (h *httpContext) forwardMalformed(reason string) {
 	h.plugin.malformed.inc()
-	proxywasm.LogDebugf("chime: request %s: forwarding unmodified %s body: %s", h.requestID, h.protocol, reason)
+	proxywasm.LogDebugf("chime: request %s: forwarding unmodified %s body: %s", h.id(), h.protocol, reason)
 }
 
 // hostDirectives converts the parsed directives of the new user input for
@@ -333,7 +349,7 @@ func (h *httpContext) hostDirectives(dirs []llm.Directive) []hostapi.HostDirecti
 		if first != nil {
 			why = first.Error()
 		}
-		proxywasm.LogInfof("chime: request %s: %d directive(s) stripped but not applied (first: %s)", h.requestID, dropped, why)
+		proxywasm.LogInfof("chime: request %s: %d directive(s) stripped but not applied (first: %s)", h.id(), dropped, why)
 	}
 	return out
 }
@@ -384,16 +400,6 @@ func (l *sessionHeaderList) Get(name string) string {
 		}
 	}
 	return ""
-}
-
-// isLower reports whether s has no ASCII upper-case letter.
-func isLower(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // maxSessionHeaders bounds llm.SessionHeaders (TestSessionHeadersFit).

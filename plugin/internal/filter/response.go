@@ -61,7 +61,7 @@ func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool
 		return
 	}
 	if enc, _ := headerValue(headers, "content-encoding"); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
-		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.requestID, enc)
+		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.id(), enc)
 		h.sentBody = nil
 		return
 	}
@@ -82,7 +82,7 @@ func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool
 		return // absent: no host call
 	}
 	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
-		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.id(), err)
 	}
 }
 
@@ -124,7 +124,7 @@ func (h *httpContext) responseBody(size int) ([]byte, bool) {
 	}
 	b, err := proxywasm.GetHttpResponseBody(0, size)
 	if err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot read the response body: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: cannot read the response body: %v", h.id(), err)
 		return nil, false
 	}
 	return b, true
@@ -156,7 +156,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	}
 	turn, err := llm.ParseResponse(h.protocol, body)
 	if err != nil {
-		proxywasm.LogDebugf("chime: request %s: response passes untouched: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: response passes untouched: %v", h.id(), err)
 		return proxywasm.ActionContinue
 	}
 	r.orig = turn
@@ -230,7 +230,7 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 	if err != nil {
 		// The reader cannot go on (an event over llm.MaxEventBytes): end the
 		// client's stream cleanly with what it has and drop the rest.
-		proxywasm.LogWarnf("chime: request %s: unreadable SSE stream: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: unreadable SSE stream: %v", h.id(), err)
 		r.orig = r.turn.Turn()
 		out = append(out, h.sseEnding(nil)...)
 		r.mode = respDrain
@@ -244,7 +244,7 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 	r.mode = respPass
 	last, err := r.reader.Close()
 	if err != nil {
-		proxywasm.LogDebugf("chime: request %s: SSE stream ended early: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: SSE stream ended early: %v", h.id(), err)
 	}
 	out = h.route(last, out)
 	r.orig = r.turn.Turn()
@@ -342,7 +342,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 	if err != nil {
 		p.resolveFailures.inc()
 		p.hostFailures.inc()
-		proxywasm.LogWarnf("chime: request %s: cannot send resolve: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: cannot send resolve: %v", h.id(), err)
 		return false
 	}
 	p.resolves.inc()
@@ -354,7 +354,7 @@ func (h *httpContext) resolve(streaming bool) bool {
 // JSON: PathResolve and PathTemplate take the same body.
 func (h *httpContext) turnReport(streaming bool) ([]byte, error) {
 	req := hostapi.ResolveRequest{
-		RequestID:   h.requestID,
+		RequestID:   h.id(),
 		SessionID:   h.sessionID,
 		Protocol:    h.protocol.String(),
 		Path:        h.path,
@@ -397,7 +397,7 @@ func (h *httpContext) sendTemplate() {
 	}
 	if err != nil {
 		p.hostFailures.inc()
-		proxywasm.LogDebugf("chime: request %s: cannot send template: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: cannot send template: %v", h.id(), err)
 	}
 }
 
@@ -413,13 +413,13 @@ func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
 	if failure := readAnswer(numHeaders, bodySize, &ans); failure != "" {
 		p.resolveFailures.inc()
 		p.hostFailures.inc()
-		proxywasm.LogWarnf("chime: request %s: resolve failed, showing the original turn: %s", h.requestID, failure)
+		proxywasm.LogWarnf("chime: request %s: resolve failed, showing the original turn: %s", h.id(), failure)
 		ans = hostapi.ResolveResponse{}
 	}
 	// The chain's tools may have changed the session (skip.go); after a
 	// failure the generation it ended with is unknown.
 	raiseQuietFloor(h.sessionID, cmp.Or(ans.Generation, p.gen.known))
-	proxywasm.LogDebugf("chime: request %s: resolved: continued %v, reason %q, %d hops", h.requestID, ans.Continued, ans.Reason, ans.Hops)
+	proxywasm.LogDebugf("chime: request %s: resolved: continued %v, reason %q, %d hops", h.id(), ans.Continued, ans.Reason, ans.Hops)
 	if r.reader != nil {
 		h.replaceResponse(append(r.paused, h.sseEnding(&ans)...))
 		r.paused = nil
@@ -427,7 +427,7 @@ func (h *httpContext) onResolveAnswer(numHeaders, bodySize, _ int) {
 		h.replaceResponse(out)
 	}
 	if err := proxywasm.ResumeHttpResponse(); err != nil {
-		proxywasm.LogWarnf("chime: request %s: resume response: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: resume response: %v", h.id(), err)
 	}
 }
 
@@ -439,8 +439,8 @@ func (h *httpContext) cancelPendingResolve() {
 		return
 	}
 	r.cancelled = true
-	proxywasm.LogDebugf("chime: request %s: client gone while resolving; cancelling", h.requestID)
-	h.plugin.sendOutcome(hostapi.PathCancel, h.requestID)
+	proxywasm.LogDebugf("chime: request %s: client gone while resolving; cancelling", h.id())
+	h.plugin.sendOutcome(hostapi.PathCancel, h.id())
 }
 
 // continuation is the answer's continuation, or nil when there is none.
@@ -486,7 +486,7 @@ func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 	}
 	if !r.withholding {
 		if len(r.orig.ServerCalls(h.serverTools)) > 0 {
-			proxywasm.LogWarnf("chime: request %s: a server-tool call reached the client unrecognised", h.requestID)
+			proxywasm.LogWarnf("chime: request %s: a server-tool call reached the client unrecognised", h.id())
 		}
 		return r.held
 	}
@@ -550,6 +550,6 @@ func (h *httpContext) emitAndRecycle(chunk, out []byte, size int) {
 
 func (h *httpContext) replaceResponse(b []byte) {
 	if err := proxywasm.ReplaceHttpResponseBody(b); err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot replace the response body: %v", h.requestID, err)
+		proxywasm.LogWarnf("chime: request %s: cannot replace the response body: %v", h.id(), err)
 	}
 }

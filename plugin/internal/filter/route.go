@@ -86,7 +86,7 @@ func (h *httpContext) routeAtHeaders(endOfStream bool) bool {
 	}
 	if h.pinnedRoute = cachedRoute(h.headerSessionID()); h.pinnedRoute != "" {
 		if err := setRouteHeader(h.pinnedRoute); err != nil {
-			proxywasm.LogDebugf("chime: request %s: set %s: %v", h.requestID, hostapi.HeaderRoute, err)
+			proxywasm.LogDebugf("chime: request %s: set %s: %v", h.id(), hostapi.HeaderRoute, err)
 		}
 	}
 	return false
@@ -122,11 +122,11 @@ func (h *httpContext) routeFromAnswer(route string, cache bool) {
 	}
 	h.pinnedRoute = route
 	if err := setRouteHeader(route); err != nil {
-		proxywasm.LogWarnf("chime: request %s: set %s: %v", h.requestID, hostapi.HeaderRoute, err)
+		proxywasm.LogWarnf("chime: request %s: set %s: %v", h.id(), hostapi.HeaderRoute, err)
 		return
 	}
 	if _, err := proxywasm.CallForeignFunction("clear_route_cache", nil); err != nil {
-		proxywasm.LogDebugf("chime: request %s: clear_route_cache: %v", h.requestID, err)
+		proxywasm.LogDebugf("chime: request %s: clear_route_cache: %v", h.id(), err)
 	}
 }
 

@@ -143,6 +143,9 @@ const maxKeyCache = 1024
 
 // sessionKey is the shared-data key of kind for session sid (not empty).
 func sessionKey(kind int, sid string) string {
+	if sid == lastKeys.sid && lastKeys.keys != nil {
+		return lastKeys.keys[kind]
+	}
 	k, ok := keyCache[sid]
 	if !ok {
 		if len(keyCache) >= maxKeyCache {
@@ -152,7 +155,15 @@ func sessionKey(kind int, sid string) string {
 		k = &[3]string{quietKeyPrefix + sid, keptKeyPrefix + sid, routeKeyPrefix + sid}
 		keyCache[sid] = k
 	}
+	lastKeys.sid, lastKeys.keys = sid, k
 	return k[kind]
+}
+
+// lastKeys is the session of the latest sessionKey: most requests in a
+// row are one session's, and a compare is cheaper than a string hash.
+var lastKeys struct {
+	sid  string
+	keys *[3]string
 }
 
 // loadQuiet reads a session's entry and its CAS token.
@@ -185,7 +196,11 @@ func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 	// The bytes are only read here (the decoding holds copies): the
 	// buffer goes back for the next read.
 	defer proxywasm.RecycleBuffer(raw)
+	if p.lastQuiet.ok && bytes.Equal(raw, p.lastQuiet.raw) {
+		return p.lastQuiet.e, true
+	}
 	if e, ok := p.decodedQuiet[string(raw)]; ok {
+		p.rememberQuiet(raw, e)
 		return e, true
 	}
 	e, ok := decodeQuietEntry(raw)
@@ -196,7 +211,15 @@ func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 		p.decodedQuiet = make(map[string]quietEntry)
 	}
 	p.decodedQuiet[string(raw)] = e
+	p.rememberQuiet(raw, e)
 	return e, true
+}
+
+// rememberQuiet keeps the latest entry read and its bytes, checked
+// before decodedQuiet: a compare instead of a string hash.
+func (p *pluginContext) rememberQuiet(raw []byte, e quietEntry) {
+	p.lastQuiet.raw = append(p.lastQuiet.raw[:0], raw...)
+	p.lastQuiet.e, p.lastQuiet.ok = e, true
 }
 
 // storeQuiet records e for sid unless the entry there is of a later
@@ -253,6 +276,13 @@ type genState struct {
 	polling   bool      // a poll is outstanding
 	pollStart time.Time
 	touches   map[string]int64 // session → host time of its latest skipped request
+	// lastTouch is the latest touch, kept out of touches until another
+	// session's comes: one session's run of requests costs no map write
+	// each (string keys hash slowly in wasm).
+	lastTouch struct {
+		sid string
+		at  int64
+	}
 }
 
 func newInstanceID() string {
@@ -373,18 +403,35 @@ func (h *httpContext) skip(e quietEntry, now time.Time) {
 // noteTouch remembers a session seen without a prepare for PathTouch.
 func (p *pluginContext) noteTouch(sid string, now time.Time) {
 	g := &p.gen
+	at := now.UnixMilli() + p.ntpOffsetMs
+	if g.lastTouch.sid == sid {
+		g.lastTouch.at = at
+		return
+	}
+	g.commitTouch()
+	g.lastTouch.sid, g.lastTouch.at = sid, at
+}
+
+// commitTouch moves lastTouch into touches.
+func (g *genState) commitTouch() {
+	sid := g.lastTouch.sid
+	if sid == "" {
+		return
+	}
+	g.lastTouch.sid = ""
 	if g.touches == nil {
 		g.touches = map[string]int64{}
 	}
 	if _, ok := g.touches[sid]; !ok && len(g.touches) >= maxTouches {
 		return // the host hears of it with the session's next prepare
 	}
-	g.touches[sid] = now.UnixMilli() + p.ntpOffsetMs
+	g.touches[sid] = g.lastTouch.at
 }
 
 // flushTouches sends the sessions seen without a prepare (the tick).
 func (p *pluginContext) flushTouches() {
 	g := &p.gen
+	g.commitTouch()
 	if len(g.touches) == 0 {
 		return
 	}

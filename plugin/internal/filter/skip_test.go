@@ -2,6 +2,7 @@ package filter
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -311,4 +312,30 @@ func TestKeptDirectiveEndsTheQuietWindow(t *testing.T) {
 	e.h.CallOnHttpCallResponse(earlyCall.ID, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, b, nil)
 	e.forwarded(early)
 	nextCarries(kept)
+}
+
+// noteTouch keeps a session's run of requests out of the map until
+// another session's comes; what reaches the map is each session's latest
+// time, and the cap holds for sessions new to it.
+func TestNoteTouchKeepsLatest(t *testing.T) {
+	p := &pluginContext{}
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	p.noteTouch("a", at(1))
+	p.noteTouch("a", at(2))
+	p.noteTouch("b", at(3))
+	p.noteTouch("a", at(4))
+	p.noteTouch("a", at(5))
+	p.gen.commitTouch()
+	if got := p.gen.touches; len(got) != 2 || got["a"] != 5 || got["b"] != 3 {
+		t.Fatalf("touches = %v, want a:5 b:3", got)
+	}
+	for i := len(p.gen.touches); i < maxTouches; i++ {
+		p.noteTouch(fmt.Sprint("s", i), at(6))
+	}
+	p.noteTouch("over", at(7))
+	p.noteTouch("b", at(8)) // commits "over", which the cap drops
+	p.gen.commitTouch()
+	if _, ok := p.gen.touches["over"]; ok || len(p.gen.touches) != maxTouches || p.gen.touches["b"] != 8 {
+		t.Fatalf("past the cap: %d touches, over present %v, b = %d", len(p.gen.touches), ok, p.gen.touches["b"])
+	}
 }
