@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -37,6 +39,36 @@ func BenchmarkHeaderRoleOf(b *testing.B) {
 	for b.Loop() {
 		for _, n := range names {
 			headerRoleOf(n)
+		}
+	}
+}
+
+// readResponseHeaders finds what a first-match lookup without case finds,
+// over random header lists with repeats, other names and mixed case.
+func TestReadResponseHeaders(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	names := []string{":status", "content-type", "content-encoding", "content-length", "Content-Type", "CONTENT-LENGTH",
+		":Status", "date", "server", "content-typ", "x-content-type"}
+	lookup := func(hs [][2]string, name string) (string, bool) {
+		for _, kv := range hs {
+			if strings.EqualFold(kv[0], name) {
+				return kv[1], true
+			}
+		}
+		return "", false
+	}
+	for i := 0; i < 2000; i++ {
+		var hs [][2]string
+		for j := range r.IntN(8) {
+			hs = append(hs, [2]string{names[r.IntN(len(names))], fmt.Sprint("v", i, j)})
+		}
+		got := readResponseHeaders(hs)
+		status, _ := lookup(hs, ":status")
+		ct, _ := lookup(hs, "content-type")
+		enc, _ := lookup(hs, "content-encoding")
+		_, hasLength := lookup(hs, "content-length")
+		if want := (responseHeaders{status, ct, enc, hasLength}); got != want {
+			t.Fatalf("headers %q: got %+v, want %+v", hs, got, want)
 		}
 	}
 }

@@ -21,10 +21,10 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		return proxywasm.ActionContinue
 	}
 	h.responseStarted = true
-	// One read of the map: startResponse needs three of its headers.
+	// One read of the map and one pass over it: four headers matter.
 	headers, _ := proxywasm.GetHttpResponseHeaders()
-	status, _ := headerValue(headers, ":status")
-	n, err := strconv.Atoi(status)
+	rh := readResponseHeaders(headers)
+	n, err := strconv.Atoi(rh.status)
 	ok := err == nil && n >= 200 && n <= 299
 	if h.reserved && !h.outcomeSent {
 		path := hostapi.PathRollback
@@ -32,7 +32,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 			path = hostapi.PathCommit
 		}
 		h.outcomeSent = true
-		h.startResponse(headers, ok, endOfStream)
+		h.startResponse(&rh, ok, endOfStream)
 		if h.plugin.reportOutcome(path, h.id(), h.plugin.cfg.PrepareTimeoutMs, func() {
 			h.outcomePending = false
 			if !h.streamDone {
@@ -44,7 +44,14 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		}
 		return proxywasm.ActionContinue
 	}
-	h.startResponse(headers, ok, endOfStream)
+	h.startResponse(&rh, ok, endOfStream)
+	if h.resp.mode == respJSON && h.plugin.cfg.AllowOnHeadersStopIteration {
+		// The answer is buffered to its end before a byte of it goes on:
+		// its headers wait for it too, and leave with its length
+		// (setLength) instead of a chunked body.
+		h.resp.headersHeld = true
+		return proxywasm.ActionPause
+	}
 	return proxywasm.ActionContinue
 }
 

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/chimehq/chime/hostapi"
@@ -48,6 +49,10 @@ type response struct {
 	forwardedCalls int
 	paused         []byte // bytes left in the paused buffer while resolving
 
+	// headersHeld: the headers of a JSON answer wait for its end
+	// (OnHttpResponseHeaders), to leave with its content-length.
+	headersHeld bool
+
 	pending   bool // a resolve call is in flight
 	cancelled bool // the host was told to cancel it
 }
@@ -55,17 +60,17 @@ type response struct {
 // startResponse picks how to watch the response once its headers are in:
 // only 2xx, uncompressed JSON or SSE answers to a request the filter
 // forwarded itself. The body may change, so content-length goes.
-func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool) {
+func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream bool) {
 	if !ok2xx || endOfStream || h.sentBody == nil {
 		h.sentBody = nil
 		return
 	}
-	if enc, _ := headerValue(headers, "content-encoding"); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+	if enc := rh.encoding; enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
 		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.id(), enc)
 		h.sentBody = nil
 		return
 	}
-	ct, _ := headerValue(headers, "content-type")
+	ct := rh.contentType
 	mediaType, _, _ := strings.Cut(ct, ";")
 	switch strings.ToLower(strings.TrimSpace(mediaType)) {
 	case "application/json":
@@ -78,7 +83,7 @@ func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool
 		h.sentBody = nil
 		return
 	}
-	if _, ok := headerValue(headers, "content-length"); !ok {
+	if !rh.hasLength {
 		return // absent: no host call
 	}
 	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
@@ -86,15 +91,52 @@ func (h *httpContext) startResponse(headers [][2]string, ok2xx, endOfStream bool
 	}
 }
 
-// headerValue is the first value of the header name in headers, names
-// compared without case.
-func headerValue(headers [][2]string, name string) (string, bool) {
+// responseHeaders are the response headers the filter reads: the first
+// value of each, names compared without ASCII case.
+type responseHeaders struct {
+	status, contentType, encoding string
+	hasLength                     bool
+}
+
+func readResponseHeaders(headers [][2]string) responseHeaders {
+	var rh responseHeaders
+	var seen [4]bool
 	for _, kv := range headers {
-		if strings.EqualFold(kv[0], name) {
-			return kv[1], true
+		name, i := kv[0], -1
+		switch len(name) {
+		case len(":status"):
+			if equalFoldLower(name, ":status") {
+				i = 0
+			}
+		case len("content-type"):
+			if equalFoldLower(name, "content-type") {
+				i = 1
+			}
+		case len("content-encoding"):
+			if equalFoldLower(name, "content-encoding") {
+				i = 2
+			}
+		case len("content-length"):
+			if equalFoldLower(name, "content-length") {
+				i = 3
+			}
+		}
+		if i < 0 || seen[i] {
+			continue
+		}
+		seen[i] = true
+		switch i {
+		case 0:
+			rh.status = kv[1]
+		case 1:
+			rh.contentType = kv[1]
+		case 2:
+			rh.encoding = kv[1]
+		case 3:
+			rh.hasLength = true
 		}
 	}
-	return "", false
+	return rh
 }
 
 // OnHttpResponseBody is docs/architecture.md#response-path.
@@ -141,6 +183,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 	if !ok {
 		return proxywasm.ActionContinue
 	}
+	h.setLength(size) // the answer as it is, unless replaced below
 	if !h.mayContinue && !mayNameServerTool(body, h.plugin.needles(h.serverTools)) {
 		// Nothing to resolve or withhold: the answer passes as is, so
 		// there is no need to parse it, unless it completes a template.
@@ -551,5 +594,18 @@ func (h *httpContext) emitAndRecycle(chunk, out []byte, size int) {
 func (h *httpContext) replaceResponse(b []byte) {
 	if err := proxywasm.ReplaceHttpResponseBody(b); err != nil {
 		proxywasm.LogWarnf("chime: request %s: cannot replace the response body: %v", h.id(), err)
+		return
+	}
+	h.setLength(len(b))
+}
+
+// setLength gives held headers (headersHeld) the content-length of the
+// whole answer as it will leave.
+func (h *httpContext) setLength(n int) {
+	if !h.resp.headersHeld || h.resp.reader != nil {
+		return
+	}
+	if err := proxywasm.ReplaceHttpResponseHeader("content-length", strconv.Itoa(n)); err != nil {
+		proxywasm.LogDebugf("chime: request %s: set response content-length: %v", h.id(), err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -908,6 +909,64 @@ func TestNeedlesFindWhatNamesFind(t *testing.T) {
 		for _, b := range bodies {
 			if got, want := mayNameServerTool([]byte(b), needles), mayNameServerTool([]byte(b), names); got != want {
 				t.Errorf("names %q, body %q: needles %q say %v, names say %v", names, b, needles, got, want)
+			}
+		}
+	}
+}
+
+// A JSON answer is buffered to its end before any of it goes on. With
+// allowOnHeadersStopIteration its headers wait for it too and leave with
+// its length (content-length of the bytes that go out, spliced or not)
+// instead of a chunked body; SSE headers, and any headers without the
+// option, go on at once without a length.
+func TestJSONAnswerKeepsItsLength(t *testing.T) {
+	for _, p := range protocols {
+		for _, hold := range []bool{false, true} {
+			for _, sse := range modes() {
+				for _, turn := range []*llm.Turn{stopTurn, serverTurn} {
+					name := fmt.Sprintf("%s/hold=%v/%s", modeName(p, sse), hold, turn.ID)
+					t.Run(name, func(t *testing.T) {
+						e := newRespEnv(t, fmt.Sprintf(`{"token":"tok","allowOnHeadersStopIteration":%v}`, hold))
+						id := e.h.InitializeHttpContext()
+						e.h.CallOnRequestHeaders(id, reqHeaders(p, [2]string{"x-session-id", "s-1"}), false) // held for the route with the option
+						e.h.CallOnRequestBody(id, []byte(requestBody(p, sse)), true)
+						e.answer(hostapi.PrepareResponse{Tools: []string{"clock"}, NTP: ntp(0)})
+						r := &rig{env: e, p: p, sse: sse, id: id}
+						ct := "application/json"
+						if sse {
+							ct = "text/event-stream"
+						}
+						held := hold && !sse
+						want := proxywasm.ActionContinue
+						if held {
+							want = proxywasm.ActionPause
+						}
+						if got := e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", ct}, {"content-length", "77"}}, false); got != want {
+							t.Fatalf("response headers action %v, want %v", got, want)
+						}
+						body := r.upstream(turn)
+						action := r.feed(body, nil)
+						if turn == serverTurn {
+							if action != proxywasm.ActionPause {
+								t.Fatalf("end of stream action %v, want Pause while resolving", action)
+							}
+							r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+						} else if action != proxywasm.ActionContinue {
+							t.Fatalf("end of stream action %v", action)
+						}
+						out := r.out()
+						if turn == stopTurn && !bytes.Equal(out, body) {
+							t.Fatalf("a plain answer changed:\n%s\n%s", out, body)
+						}
+						cl, ok := header(e.h.GetResponseHeaders(id), "content-length")
+						switch {
+						case held && (!ok || cl != strconv.Itoa(len(out))):
+							t.Fatalf("content-length %q (set %v), want %d", cl, ok, len(out))
+						case !held && ok:
+							t.Fatalf("content-length %q on headers that went on before the body", cl)
+						}
+					})
+				}
 			}
 		}
 	}
