@@ -75,6 +75,7 @@ func NewClusters(cfgs []*config.Cluster, st *stats.Store) *Clusters {
 			DisableCompression:  true,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     time.Hour,
+			WriteBufferSize:     64 << 10,
 		}
 		if c.TLS != nil {
 			// https requests go through dialTLS; with a custom TLS dialer
