@@ -25,16 +25,15 @@ import (
 func BenchmarkOverloadStopMessage(b *testing.B) {
 	const clients = 1000
 	var followups atomic.Int64
-	upstream := newRecorder(b, func(w http.ResponseWriter, r *http.Request) {
+	upstreamPort := benchUpstream(b, func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.Header.Get("x-request-id"), ":stop") {
 			followups.Add(1)
 		}
 		w.Header().Set("content-type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	})
-	upstream.handler = discardRecording(upstream)
 	hostPort := startHostService(b)
-	st := startStack(b, backends()[0], stackConfig{upstreamPort: upstream.port(), hostPort: hostPort,
+	st := startStack(b, backends()[0], stackConfig{upstreamPort: upstreamPort, hostPort: hostPort,
 		pluginConfig: `{"hostCluster":"chime_host","token":"` + hostToken + `"}`})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}, Timeout: 5 * time.Minute}
 	defer client.CloseIdleConnections()
