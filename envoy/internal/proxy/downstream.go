@@ -114,6 +114,19 @@ func (s *stream) writeHeaders(end bool) {
 		s.done = true
 		return
 	}
+	// Sent when the stream next waits (flushHeaders), with whatever this
+	// event writes after them: a body a filter held goes in the same
+	// write, as Envoy's codec writes what a dispatch produced at its end.
+	s.headersUnflushed = true
+}
+
+// flushHeaders sends headers that are still buffered, before the stream
+// waits for its next event.
+func (s *stream) flushHeaders() {
+	if !s.headersUnflushed {
+		return
+	}
+	s.headersUnflushed = false
 	if err := s.rc.Flush(); err != nil {
 		s.downstreamGone()
 	}
@@ -128,6 +141,7 @@ func (s *stream) writeData(b []byte, end bool) {
 			return
 		}
 		if !end {
+			s.headersUnflushed = false // flushed with the data
 			if err := s.rc.Flush(); err != nil {
 				s.downstreamGone()
 				return

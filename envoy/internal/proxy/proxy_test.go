@@ -391,6 +391,48 @@ func TestSSEIsLive(t *testing.T) {
 	}
 }
 
+// TestHeadersLeaveBeforeTheBody: response headers written in one event go
+// out when the stream waits for the next, not with the body that follows
+// later (the client must see them while the upstream still thinks).
+func TestHeadersLeaveBeforeTheBody(t *testing.T) {
+	headersSeen := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		select {
+		case <-headersSeen:
+		case <-time.After(5 * time.Second):
+		}
+		fmt.Fprint(w, "{}")
+	})
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){nil}})
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.Get(e.url + "/slow")
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- resp
+	}()
+	select {
+	case resp, ok := <-got:
+		if !ok {
+			return
+		}
+		defer resp.Body.Close()
+		close(headersSeen)
+		if b, _ := io.ReadAll(resp.Body); string(b) != "{}" {
+			t.Fatalf("body %q", b)
+		}
+	case <-time.After(3 * time.Second):
+		close(headersSeen)
+		t.Fatal("the headers waited for the body")
+	}
+}
+
 func TestRouteTimeoutIs504(t *testing.T) {
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		select {

@@ -70,6 +70,7 @@ type stream struct {
 	idleTimer    *time.Timer
 
 	downstreamStarted bool // response headers written to the client
+	headersUnflushed  bool // written but not yet flushed (flushHeaders)
 	done              bool
 	reset             bool
 }
@@ -148,6 +149,10 @@ func (s *stream) loop() {
 			return
 		}
 		s.startUpstream()
+		if s.done {
+			return
+		}
+		s.flushHeaders()
 		if s.done {
 			return
 		}
