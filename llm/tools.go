@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -274,7 +275,15 @@ func (r *Request) clientTool(name string) span {
 		return noSpan
 	}
 	for _, t := range r.clientTools {
-		if stringIs(r.body[t.name.s:t.name.e], name) {
+		raw := r.body[t.name.s:t.name.e]
+		if t.plain {
+			// No escape: the bytes between the quotes are the name.
+			if len(raw) == len(name)+2 && string(raw[1:len(raw)-1]) == name {
+				return t.el
+			}
+			continue
+		}
+		if stringIs(raw, name) {
 			return t.el
 		}
 	}
@@ -282,8 +291,17 @@ func (r *Request) clientTool(name string) span {
 }
 
 // clientToolName is one name key of an element of the client's tools
-// array: its raw JSON string and the element.
-type clientToolName struct{ name, el span }
+// array: its raw JSON string, the element, and whether the string has no
+// escape (looked for once, not on each of the lookups a request makes).
+type clientToolName struct {
+	name, el span
+	plain    bool
+}
+
+// toolName lists the raw name string at sp of the element starting at es.
+func (r *Request) toolName(sp span, es int) clientToolName {
+	return clientToolName{name: sp, el: span{es, -1}, plain: bytes.IndexByte(r.body[sp.s:sp.e], '\\') < 0}
+}
 
 // indexTools validates the tools array at vs, as ck.Value(vs, 1) would,
 // and lists the name keys of its elements and where a new tool goes, so
@@ -309,13 +327,13 @@ func (r *Request) indexTools(ck *reqscan.Checker, vs int) int {
 						return ne
 					})
 					if me >= 0 && last.ok() && b[last.s] == '"' {
-						r.clientTools = append(r.clientTools, clientToolName{last, span{es, -1}})
+						r.clientTools = append(r.clientTools, r.toolName(last, es))
 					}
 					return me
 				}
 				me := ck.Value(ms, 3)
 				if me >= 0 && reqscan.KeyIs(key, "name") && b[ms] == '"' {
-					r.clientTools = append(r.clientTools, clientToolName{span{ms, me}, span{es, -1}})
+					r.clientTools = append(r.clientTools, r.toolName(span{ms, me}, es))
 				}
 				return me
 			})
