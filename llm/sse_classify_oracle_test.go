@@ -179,3 +179,30 @@ func FuzzResponsesTextDelta(f *testing.F) {
 		` { "delta" : "d" , "type" : "response.output_text.delta" , "logprobs" : [ {"x":1} ] } `,
 	})
 }
+
+// FuzzMessagesFixed: messagesFixed against general, with text blocks open
+// so that a block's end may be a text's end.
+func FuzzMessagesFixed(f *testing.F) {
+	state := classifyState{textBlocks: []int{0, 2}}
+	fuzzFastPath(f, Messages, "messages_*.sse", state, state.messagesFixed, []string{
+		`{"type":"message_stop"}`, `{"type":"message_stop"} `, `{"type":"ping"}`, `{"type": "ping"}`,
+		`{"type":"content_block_stop","index":0}`, `{"type":"content_block_stop","index":1}`,
+		`{"type":"content_block_stop","index":2}`, `{"type":"content_block_stop","index":02}`,
+		`{"type":"content_block_stop","index":0,"x":1}`, `{"type":"content_block_stop","index":1234567890}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"x","y":1}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":7}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"thinking_delta","thinking":"hm \u00e9"}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"signature_delta","signature":"EqQ="}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"thinking_delta","thinking":"a","type":"b"}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"th\u0069nking_delta","thinking":"a"}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"a"}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"x"} }`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"x"}}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"x",}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":"x","n":[1,{"d":[[[]]]}]}}`,
+		`{"type":"content_block_delta","index":3,"delta":}`, `{"type":"content_block_delta","index":3,"delta":{}}`,
+		`{"type":"content_block_delta","index":3,"delta":{"type":""}}`, `{"type":"content_block_delta","index":3,"delta":{"type":"`,
+	})
+}

@@ -247,3 +247,22 @@ func BenchmarkClassifyTextDelta(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClassifyThinkingDelta: a thinking block's delta by the
+// fixed-layout reading (messagesFixed) and by the general path.
+func BenchmarkClassifyThinkingDelta(b *testing.B) {
+	data := []byte(`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"The user wants the failing tests: read the build log first, then grep it for FAIL lines and look at each stack trace."}}`)
+	for _, path := range []string{"fixed", "general"} {
+		b.Run(path, func(b *testing.B) {
+			var s classifyState
+			for b.Loop() {
+				ev := Event{Name: "content_block_delta", Data: data, Index: -1}
+				if path == "fixed" {
+					s.classify(Messages, &ev)
+				} else {
+					s.general(Messages, &ev)
+				}
+			}
+		})
+	}
+}
