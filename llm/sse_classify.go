@@ -332,19 +332,24 @@ var responsesDeltaMembers = map[string]uint8{
 	"content_index": 1 << 4, "delta": 1 << 5, "logprobs": 1 << 6, "obfuscation": 1 << 7,
 }
 
-// responsesOutputTextDelta is the type member of a text delta, as sent.
-const responsesOutputTextDelta = `"response.output_text.delta"`
+// The type members of a text delta and of a function call's arguments
+// delta, as sent.
+const (
+	responsesOutputTextDelta = `"response.output_text.delta"`
+	responsesArgsDelta       = `"response.function_call_arguments.delta"`
+)
 
 // responsesTextDelta classifies ev as general would when its data is a
-// Responses output_text delta with only the members the API sends
-// (responsesDeltaMembers), the type written plainly, a small plain
-// output_index and a string delta. It validates as it reads (reqscan)
-// and reports false, leaving ev alone, for anything else.
+// Responses output_text delta, or a function call's arguments delta,
+// with only the members the API sends (responsesDeltaMembers), the type
+// written plainly, a small plain output_index and a string delta. It
+// validates as it reads (reqscan) and reports false, leaving ev alone,
+// for anything else.
 func responsesTextDelta(ev *Event) bool {
 	d := ev.Data
 	ck := reqscan.NewChecker(d)
 	var seen uint8
-	typeOK, delta, index := false, span{-1, -1}, 0
+	typ, delta, index := "", span{-1, -1}, 0
 	end := ck.Members(reqscan.SkipSpace(d, 0), func(key []byte, vs int) int {
 		bit := responsesDeltaMembers[string(key)]
 		if bit == 0 || seen&bit != 0 {
@@ -353,11 +358,13 @@ func responsesTextDelta(ev *Event) bool {
 		seen |= bit
 		switch string(key) {
 		case "type":
-			if !bytes.HasPrefix(d[vs:], []byte(responsesOutputTextDelta)) {
-				return -1
+			for _, t := range [...]string{responsesOutputTextDelta, responsesArgsDelta} {
+				if bytes.HasPrefix(d[vs:], []byte(t)) {
+					typ = t
+					return vs + len(t)
+				}
 			}
-			typeOK = true
-			return vs + len(responsesOutputTextDelta)
+			return -1
 		case "output_index":
 			j := vs
 			for j < len(d) && j-vs < 9 && d[j] >= '0' && d[j] <= '9' {
@@ -378,14 +385,20 @@ func responsesTextDelta(ev *Event) bool {
 		}
 		return ck.Value(vs, 1)
 	})
-	if end < 0 || reqscan.SkipSpace(d, end) != len(d) || !typeOK || !delta.ok() {
+	if end < 0 || reqscan.SkipSpace(d, end) != len(d) || typ == "" || !delta.ok() {
 		return false
 	}
-	ev.Type = responsesOutputTextDelta[1 : len(responsesOutputTextDelta)-1]
+	ev.Type = typ[1 : len(typ)-1]
 	if seen&responsesDeltaMembers["output_index"] != 0 {
 		ev.Index = index
 	}
-	if text := literalText(d[delta.s:delta.e]); text != "" {
+	text := literalText(d[delta.s:delta.e])
+	switch {
+	case text == "":
+	case typ == responsesArgsDelta:
+		ev.Kind |= KindToolCallArgs
+		ev.Calls = []CallDelta{{Index: ev.Index, Arguments: text}}
+	default:
 		ev.Kind |= KindTextDelta
 		ev.Text = text
 	}

@@ -177,6 +177,11 @@ func FuzzResponsesTextDelta(f *testing.F) {
 		`{"type":"response.output_text.delt\u0061","delta":"d"}`,
 		`{"type":"response.output_text.delta","delta":7}`,
 		` { "delta" : "d" , "type" : "response.output_text.delta" , "logprobs" : [ {"x":1} ] } `,
+		`{"type":"response.function_call_arguments.delta","sequence_number":10,"item_id":"fc_1","output_index":1,"delta":"{\"a\":"}`,
+		`{"type":"response.function_call_arguments.delta","item_id":"fc_1","delta":"x"}`,
+		`{"type":"response.function_call_arguments.delta","output_index":2,"delta":""}`,
+		`{"type":"response.function_call_arguments.delta","output_index":2,"delta":"x","name":"clock"}`,
+		`{"type":"response.function_call_arguments.done","output_index":2,"delta":"x"}`,
 	})
 }
 
