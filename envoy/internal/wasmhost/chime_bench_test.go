@@ -88,7 +88,9 @@ type benchRequest struct {
 
 // benchRequests are a 1 KB chat request and Claude Code's first request
 // of a session as captured (llm/testdata/clients): 24 tools of its own,
-// 18 KB, the shape most requests through chime have.
+// 18 KB, the shape most requests through chime have; that request is
+// answered with a short text, and with thinking and a call of its Bash
+// tool.
 func benchRequests(b *testing.B) []benchRequest {
 	raw, err := os.ReadFile("../../../llm/testdata/clients/claude-code-2.1.197-messages-turn1.json")
 	if err != nil {
@@ -105,10 +107,17 @@ func benchRequests(b *testing.B) []benchRequest {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// What Claude Code usually gets back: thinking, a line of text and a
+	// call of one of its own tools, streamed.
+	agent, err := os.ReadFile("../../../llm/testdata/responses/messages_agent.sse")
+	if err != nil {
+		b.Fatal(err)
+	}
 	return []benchRequest{
 		{"chat-1KB", "/v1/chat/completions", []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 1000) + `"}]}`),
 			"application/json", []byte(`{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)},
 		{"claude-code", captured.Path, captured.Body, "text/event-stream", stream},
+		{"claude-code-tool-use", captured.Path, captured.Body, "text/event-stream", agent},
 	}
 }
 
