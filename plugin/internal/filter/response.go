@@ -98,45 +98,22 @@ type responseHeaders struct {
 	hasLength                     bool
 }
 
+// responseHeaderNames are the names readResponseHeaders looks for, in
+// the order of its result's fields.
+var responseHeaderNames = [...]string{":status", "content-type", "content-encoding", "content-length"}
+
 func readResponseHeaders(headers [][2]string) responseHeaders {
-	var rh responseHeaders
-	var seen [4]bool
+	var vals [len(responseHeaderNames)]string
+	var seen [len(responseHeaderNames)]bool
 	for _, kv := range headers {
-		name, i := kv[0], -1
-		switch len(name) {
-		case len(":status"):
-			if equalFoldLower(name, ":status") {
-				i = 0
+		for i, name := range responseHeaderNames {
+			if !seen[i] && len(kv[0]) == len(name) && equalFoldLower(kv[0], name) {
+				vals[i], seen[i] = kv[1], true
+				break
 			}
-		case len("content-type"):
-			if equalFoldLower(name, "content-type") {
-				i = 1
-			}
-		case len("content-encoding"):
-			if equalFoldLower(name, "content-encoding") {
-				i = 2
-			}
-		case len("content-length"):
-			if equalFoldLower(name, "content-length") {
-				i = 3
-			}
-		}
-		if i < 0 || seen[i] {
-			continue
-		}
-		seen[i] = true
-		switch i {
-		case 0:
-			rh.status = kv[1]
-		case 1:
-			rh.contentType = kv[1]
-		case 2:
-			rh.encoding = kv[1]
-		case 3:
-			rh.hasLength = true
 		}
 	}
-	return rh
+	return responseHeaders{status: vals[0], contentType: vals[1], encoding: vals[2], hasLength: seen[3]}
 }
 
 // OnHttpResponseBody is docs/architecture.md#response-path.
