@@ -130,6 +130,12 @@ const (
 	argsDeltaHead  = `{"type":"input_json_delta","partial_json":`
 	messageStopRaw = `{"type":"message_stop"}`
 	pingRaw        = `{"type":"ping"}`
+	blockStartHead = `{"type":"content_block_start","index":`
+	blockKey       = `,"content_block":`
+	textBlockHead  = `{"type":"text","text":`
+	toolBlockHead  = `{"type":"tool_use","id":`
+	toolBlockName  = `,"name":`
+	toolBlockTail  = `,"input":{}}`
 )
 
 // messagesFixed classifies ev as general would when its data is laid out
@@ -158,6 +164,9 @@ func (s *classifyState) messagesFixed(ev *Event) bool {
 			ev.Kind |= KindTextEnd
 		}
 		return true
+	}
+	if bytes.HasPrefix(d, []byte(blockStartHead)) {
+		return s.messagesBlockStart(ev)
 	}
 	if !bytes.HasPrefix(d, []byte(textDeltaHead)) {
 		return false
@@ -198,6 +207,76 @@ func (s *classifyState) messagesFixed(ev *Event) bool {
 	}
 	ev.Type, ev.Index = "content_block_delta", index
 	return true
+}
+
+// messagesBlockStart is messagesFixed for content_block_start: a text
+// block opened empty, a tool_use block with its id, name and an empty
+// input, or any other block (thinking, …) whose object opens with its
+// type as a plain string.
+func (s *classifyState) messagesBlockStart(ev *Event) bool {
+	d := ev.Data
+	index, j, ok := smallIndex(d, len(blockStartHead))
+	if !ok || !bytes.HasPrefix(d[j:], []byte(blockKey)) {
+		return false
+	}
+	o := j + len(blockKey)
+	if len(d) < o+len(deltaTypeHead)+2 || d[len(d)-1] != '}' {
+		return false
+	}
+	block := d[o : len(d)-1]
+	if !bytes.HasPrefix(block, []byte(deltaTypeHead)) || block[len(block)-1] != '}' {
+		return false
+	}
+	te := reqscan.StringEnd(block, len(deltaTypeHead)-1)
+	if te < 0 || bytes.IndexByte(block[:te], '\\') >= 0 || !reqscan.Valid(block) {
+		return false
+	}
+	switch string(block[len(deltaTypeHead) : te-1]) {
+	case "text":
+		lit, ok := onlyString(block, textBlockHead, "}")
+		if !ok {
+			return false
+		}
+		if !slices.Contains(s.textBlocks, index) {
+			s.textBlocks = append(s.textBlocks, index)
+		}
+		if t := literalText(lit); t != "" {
+			ev.Kind |= KindTextDelta
+			ev.Text = t
+		}
+	case "tool_use":
+		if !bytes.HasPrefix(block, []byte(toolBlockHead)) {
+			return false
+		}
+		rest := block[len(toolBlockHead):]
+		ie := reqscan.StringEnd(rest, 0)
+		if len(rest) == 0 || rest[0] != '"' || ie < 0 {
+			return false
+		}
+		name, ok := onlyString(rest[ie:], toolBlockName, toolBlockTail)
+		if !ok {
+			return false
+		}
+		ev.Kind |= KindToolCallStart
+		ev.Calls = []CallDelta{{Index: index, ID: literalText(rest[:ie]), Name: literalText(name)}}
+	default:
+		ev.PartKind, ev.Part = PartBlockStart, frozenString(block)
+	}
+	ev.Type, ev.Index = "content_block_start", index
+	return true
+}
+
+// onlyString returns the JSON string literal b holds between head and
+// tail, and whether b is exactly that.
+func onlyString(b []byte, head, tail string) ([]byte, bool) {
+	if len(b) < len(head)+len(tail) || !bytes.HasPrefix(b, []byte(head)) || !bytes.HasSuffix(b, []byte(tail)) {
+		return nil, false
+	}
+	lit := b[len(head) : len(b)-len(tail)]
+	if len(lit) < 2 || lit[0] != '"' || reqscan.StringEnd(lit, 0) != len(lit) {
+		return nil, false
+	}
+	return lit, true
 }
 
 // The members a Chat text-delta chunk may have (chatTextDelta), as bits

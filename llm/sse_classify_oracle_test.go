@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -186,10 +187,17 @@ func FuzzResponsesTextDelta(f *testing.F) {
 }
 
 // FuzzMessagesFixed: messagesFixed against general, with text blocks open
-// so that a block's end may be a text's end.
+// so that a block's end may be a text's end (block starts aside).
 func FuzzMessagesFixed(f *testing.F) {
 	state := classifyState{textBlocks: []int{0, 2}}
-	fuzzFastPath(f, Messages, "messages_*.sse", state, state.messagesFixed, []string{
+	fast := func(ev *Event) bool {
+		if bytes.HasPrefix(ev.Data, []byte(blockStartHead)) {
+			return false // records a text block: FuzzMessagesBlockStart's
+		}
+		s := classifyState{textBlocks: []int{0, 2}}
+		return s.messagesFixed(ev)
+	}
+	fuzzFastPath(f, Messages, "messages_*.sse", state, fast, []string{
 		`{"type":"message_stop"}`, `{"type":"message_stop"} `, `{"type":"ping"}`, `{"type": "ping"}`,
 		`{"type":"content_block_stop","index":0}`, `{"type":"content_block_stop","index":1}`,
 		`{"type":"content_block_stop","index":2}`, `{"type":"content_block_stop","index":02}`,
@@ -209,5 +217,57 @@ func FuzzMessagesFixed(f *testing.F) {
 		`{"type":"content_block_delta","index":3,"delta":{"type":"x","n":[1,{"d":[[[]]]}]}}`,
 		`{"type":"content_block_delta","index":3,"delta":}`, `{"type":"content_block_delta","index":3,"delta":{}}`,
 		`{"type":"content_block_delta","index":3,"delta":{"type":""}}`, `{"type":"content_block_delta","index":3,"delta":{"type":"`,
+	})
+}
+
+// FuzzMessagesBlockStart: messagesFixed on content_block_start against
+// general, the text blocks it records included.
+func FuzzMessagesBlockStart(f *testing.F) {
+	taken := 0
+	for _, d := range savedEventData(f, "messages_*.sse") {
+		f.Add(d)
+		s := classifyState{}
+		if ev := (Event{Data: d, Index: -1}); bytes.HasPrefix(d, []byte(blockStartHead)) && s.messagesFixed(&ev) {
+			taken++
+		}
+	}
+	if taken < 3 {
+		f.Fatalf("the fast path took %d block starts of the saved streams", taken)
+	}
+	for _, d := range []string{
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_start","index":2,"content_block":{"type":"text","text":"hi \u00e9"}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"a","x":1}}`,
+		`{"type":"content_block_start","index":1,"content_block":{"type":"text","text":7}}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"t\u0031","name":"cl\u006fck","input":{}}}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"t","name":"n","input":{"a":1}}}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":1,"name":"n","input":{}}}`,
+		`{"type":"content_block_start","index":3,"content_block":{"type":"tool_use","name":"n","id":"t","input":{}}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"redacted_thinking","data":"x"}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking"} }`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"thinking",}}`,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"th\u0069nking"}}`,
+		`{"type":"content_block_start","index":0,"content_block":}`, `{"type":"content_block_start","index":0,"content_block":{}}`,
+		`{"type":"content_block_start","index":01,"content_block":{"type":"text","text":""}}`,
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fastState := classifyState{textBlocks: []int{2}}
+		got := Event{Data: data, Index: -1}
+		if !fastState.messagesFixed(&got) {
+			if !reflect.DeepEqual(got, Event{Data: data, Index: -1}) || !reflect.DeepEqual(fastState, classifyState{textBlocks: []int{2}}) {
+				t.Fatalf("a refused event was changed: %+v %+v", got, fastState)
+			}
+			return
+		}
+		slowState := classifyState{textBlocks: []int{2}}
+		want := Event{Data: data, Index: -1}
+		slowState.general(Messages, &want)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(fastState, slowState) {
+			t.Fatalf("%s:\n fast %+v %+v\n slow %+v %+v", data, got, fastState, want, slowState)
+		}
 	})
 }
