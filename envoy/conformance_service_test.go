@@ -45,8 +45,8 @@ func TestWasmServicePerWorker(t *testing.T) {
 			t.Errorf("worker %d VM: proxy_on_vm_start ran %s times, proxy_on_configure %s; want 2 and 2", i, r["vm_starts"], r["configures"])
 		}
 	}
-	if w0["vm"] == w1["vm"] {
-		t.Errorf("both workers report VM %s; want one VM per worker", w0["vm"])
+	if w0["vmid"] == w1["vmid"] {
+		t.Errorf("both workers report VM %s; want one VM per worker", w0["vmid"])
 	}
 	if got := p.logs.find("feeder", "configured root 2 as service fed"); len(got) != 2 {
 		t.Errorf("service configured %d times, want once per worker (2): %q", len(got), p.logs.dump("feeder"))

@@ -62,11 +62,11 @@ func TestVMSharing(t *testing.T) {
 	if a0["root"] != "1" || a0["plugin"] != "a" || b0["root"] != "2" || b0["plugin"] != "b" {
 		t.Errorf("streams' root contexts: la %s/%s, lb %s/%s; want 1/a and 2/b", a0["root"], a0["plugin"], b0["root"], b0["plugin"])
 	}
-	if a0["vm"] != b0["vm"] || a1["vm"] != b1["vm"] {
-		t.Errorf("plugins a and b on one worker ran in different VMs: worker 0 %s/%s, worker 1 %s/%s", a0["vm"], b0["vm"], a1["vm"], b1["vm"])
+	if a0["vmid"] != b0["vmid"] || a1["vmid"] != b1["vmid"] {
+		t.Errorf("plugins a and b on one worker ran in different VMs: worker 0 %s/%s, worker 1 %s/%s", a0["vmid"], b0["vmid"], a1["vmid"], b1["vmid"])
 	}
-	if a0["vm"] == a1["vm"] {
-		t.Errorf("workers 0 and 1 share VM %s; want one VM per worker", a0["vm"])
+	if a0["vmid"] == a1["vmid"] {
+		t.Errorf("workers 0 and 1 share VM %s; want one VM per worker", a0["vmid"])
 	}
 	if c0["roots"] != "1:c" || c0["root"] != "1" || c0["shared_c"] != "1" || c0["shared_a"] != "" || c0["vm_starts"] != "1" {
 		t.Errorf("filter with its own vm_id: %v; want its own VM with root 1:c and its own shared data", c0)

@@ -227,7 +227,7 @@ func TestBackgroundWorkerVMs(t *testing.T) {
 	if n := a.Instantiations(); n != 2 {
 		t.Errorf("%d VMs for 2 workers, want 2", n)
 	}
-	if w0 := report(t, a); w0["vm"] == r["vm"] {
-		t.Errorf("workers 0 and 1 share VM %s", r["vm"])
+	if w0 := report(t, a); w0["vmid"] == r["vmid"] {
+		t.Errorf("workers 0 and 1 share VM %s", r["vmid"])
 	}
 }

@@ -15,6 +15,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"runtime"
 	"sort"
@@ -26,7 +28,11 @@ import (
 )
 
 var (
-	vmSeq       string
+	// vmSeq numbers the VMs of a run in the order they start (shared
+	// data); vmID names this VM at random. VMs that start at once can
+	// both read the counter absent, and a set with CAS 0 is unconditional,
+	// so only vmID tells concurrent VMs apart.
+	vmSeq, vmID string
 	rootPlugin  = map[uint32]string{} // root context id -> plugin config
 	parentOf    = map[uint32]uint32{} // stream context id -> root context id
 	vmStarts    int
@@ -74,6 +80,13 @@ func onContextCreate(id, parent uint32) {
 		g.Log(fmt.Sprintf("root context %d created twice", id))
 	}
 	rootPlugin[id] = ""
+	if vmID == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(err)
+		}
+		vmID = hex.EncodeToString(b[:])
+	}
 	if vmSeq == "" {
 		for {
 			cur, cas := getShared("vm-seq")
@@ -127,6 +140,7 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 	root := parentOf[id]
 	var b strings.Builder
 	fmt.Fprintf(&b, "vm=%s\n", vmSeq)
+	fmt.Fprintf(&b, "vmid=%s\n", vmID)
 	fmt.Fprintf(&b, "root=%d\n", root)
 	fmt.Fprintf(&b, "plugin=%s\n", rootPlugin[root])
 	ids := make([]int, 0, len(rootPlugin))
