@@ -64,6 +64,14 @@ func NewChecker(b []byte) *Checker { return &Checker{b: b} }
 // skip looking for tags then; when true, the caller looks.
 func (v *Checker) TagHint() bool { return v.tag }
 
+// SetTagHint sets the hint and returns the one it replaces: a caller that
+// wants to know whether one value holds a tag clears it before checking
+// the value and merges the two after.
+func (v *Checker) SetTagHint(tag bool) (was bool) {
+	was, v.tag = v.tag, tag
+	return was
+}
+
 // Members is CheckMembers on the checker's document. It is walkMembers
 // written out with direct calls: under wasm an indirect call through a
 // method value costs more than the short key it scans.
