@@ -66,6 +66,8 @@ type Request struct {
 	clientTools      []clientToolName
 	clientToolsEnd   int  // arrayEnd(tools): where a new tool goes
 	clientToolsEmpty bool // and whether the array is empty
+
+	memo *ToolsMemo // ParseRequestWith's, for the tools array; nil: none
 }
 
 // span is a value's byte range [s, e) in the original body; s < 0 when absent.
@@ -132,6 +134,13 @@ func ParseRequest(p Protocol, body []byte) (*Request, error) {
 // (directives, Bytes, edits) may be used after; r may be reused again
 // even when this call fails.
 func ParseRequestInto(r *Request, p Protocol, body []byte) (*Request, error) {
+	return ParseRequestWith(r, nil, p, body)
+}
+
+// ParseRequestWith is ParseRequestInto remembering in m (nil: nowhere)
+// the client tools arrays it validates, and taking from m those it has
+// seen (ToolsMemo). The result is the same as ParseRequestInto's.
+func ParseRequestWith(r *Request, m *ToolsMemo, p Protocol, body []byte) (*Request, error) {
 	if p != Chat && p != Responses && p != Messages {
 		return nil, fmt.Errorf("%w: unsupported protocol %v", ErrBodyShape, p)
 	}
@@ -139,6 +148,7 @@ func ParseRequestInto(r *Request, p Protocol, body []byte) (*Request, error) {
 		r = new(Request)
 	}
 	r.reset(p, body)
+	r.memo = m
 	// Validation and indexing share one pass over the body.
 	ck := reqscan.NewChecker(body)
 	top := reqscan.SkipSpace(body, 0)
@@ -160,7 +170,11 @@ func ParseRequestInto(r *Request, p Protocol, body []byte) (*Request, error) {
 		case string(name) == listKey:
 			ve = r.indexList(ck, vs)
 		case string(name) == "tools" && vs < len(body) && body[vs] == '[':
-			ve = r.indexTools(ck, vs)
+			if r.memo != nil {
+				ve = r.indexToolsMemo(ck, vs)
+			} else {
+				ve = r.indexTools(ck, vs)
+			}
 		default:
 			ve = ck.Value(vs, 1)
 		}

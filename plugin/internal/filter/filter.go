@@ -103,6 +103,9 @@ type pluginContext struct {
 	// spareRequests are parsed requests done with, reused by the next
 	// bodies (llm.ParseRequestInto): the VM runs one callback at a time.
 	spareRequests []*llm.Request
+	// toolsMemo holds the client tools arrays parsed lately: an agent
+	// sends the same ones with every request (llm.ToolsMemo).
+	toolsMemo llm.ToolsMemo
 
 	// failOpens counts requests failed open since the last info line;
 	// failOpenReason is the latest one's reason (noteFailOpen).

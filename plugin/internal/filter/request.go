@@ -220,7 +220,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	}
 	h.bodyIn = body
 	spare := h.plugin.spareRequest()
-	req, err := llm.ParseRequestInto(spare, h.protocol, body)
+	req, err := llm.ParseRequestWith(spare, &h.plugin.toolsMemo, h.protocol, body)
 	if err != nil {
 		h.plugin.doneWith(spare)
 		h.prepareSettled()
