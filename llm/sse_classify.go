@@ -168,6 +168,9 @@ func (s *classifyState) messagesFixed(ev *Event) bool {
 	if bytes.HasPrefix(d, []byte(blockStartHead)) {
 		return s.messagesBlockStart(ev)
 	}
+	if bytes.HasPrefix(d, []byte(messageStartHead)) || bytes.HasPrefix(d, []byte(messageDeltaHead)) {
+		return s.messagesEnvelope(ev)
+	}
 	if !bytes.HasPrefix(d, []byte(textDeltaHead)) {
 		return false
 	}

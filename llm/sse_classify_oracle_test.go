@@ -194,6 +194,9 @@ func FuzzMessagesFixed(f *testing.F) {
 		if bytes.HasPrefix(ev.Data, []byte(blockStartHead)) {
 			return false // records a text block: FuzzMessagesBlockStart's
 		}
+		if bytes.HasPrefix(ev.Data, []byte(messageStartHead)) || bytes.HasPrefix(ev.Data, []byte(messageDeltaHead)) {
+			return false // records the start and usage: FuzzMessagesEnvelope's
+		}
 		s := classifyState{textBlocks: []int{0, 2}}
 		return s.messagesFixed(ev)
 	}
@@ -268,6 +271,79 @@ func FuzzMessagesBlockStart(f *testing.F) {
 		slowState.general(Messages, &want)
 		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(fastState, slowState) {
 			t.Fatalf("%s:\n fast %+v %+v\n slow %+v %+v", data, got, fastState, want, slowState)
+		}
+	})
+}
+
+// FuzzMessagesEnvelope: messagesFixed on message_start and message_delta
+// against general, from a stream not yet started and from one that has
+// started and counted usage; the state they leave included.
+func FuzzMessagesEnvelope(f *testing.F) {
+	taken := 0
+	for _, d := range savedEventData(f, "messages_*.sse") {
+		f.Add(d)
+		s := classifyState{}
+		if ev := (Event{Data: d, Index: -1}); (bytes.HasPrefix(d, []byte(messageStartHead)) ||
+			bytes.HasPrefix(d, []byte(messageDeltaHead))) && s.messagesFixed(&ev) {
+			taken++
+		}
+	}
+	if taken < 6 {
+		f.Fatalf("the fast path took %d message starts and deltas of the saved streams", taken)
+	}
+	for _, d := range []string{
+		`{"type":"message_start","message":{"id":"m","model":"x","usage":{"input_tokens":25,"output_tokens":1}}}`,
+		`{"type":"message_start","message":{"id":"m\u0031","model":"x\n","usage":{"output_tokens":1}}}`,
+		`{"type":"message_start","message":{"id":1,"model":"x"}}`,
+		`{"type":"message_start","message":{"id":null,"model":"x"}}`,
+		`{"type":"message_start","message":{"id":"a","id":"b"}}`,
+		`{"type":"message_start","message":{"\u0069d":"a"}}`,
+		`{"type":"message_start","message":{},"index":3}`,
+		`{"type":"message_start","message":{},"index":"3"}`,
+		`{"type":"message_start","message":{},"index":-3}`,
+		`{"type":"message_start","message":{},"index":1.5}`,
+		`{"type":"message_start","message":{"usage":{"input_tokens":1e3}}}`,
+		`{"type":"message_start","message":{"usage":{"input_tokens":9999999999}}}`,
+		`{"type":"message_start","message":{"usage":{"input_tokens":null,"output_tokens":"4"}}}`,
+		`{"type":"message_start","message":{"usage":[1]}}`,
+		`{"type":"message_start","message":{"usage":{}}} `,
+		`{"type":"message_start","message":{"usage":{"input_tokens":01}}}`,
+		`{"type":"message_start","message":{"model":"m"},"message":{"model":"n"}}`,
+		`{"type":"message_start","message":{"model":"m"},"type":"x"}`,
+		`{"type":"message_start","message":{"model":"m",}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null}}`,
+		`{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":15,"input_tokens":3}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"tool\u005fuse"}}`,
+		`{"type":"message_delta","delta":{"stop_reason":7}}`,
+		`{"type":"message_delta","delta":[{"stop_reason":"x"}]}`,
+		`{"type":"message_delta","delta":"end_turn"}`,
+		`{"type":"message_delta","delta":{"stop_reason":"a","stop_reason":"b"}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"a"},"delta":{"stop_reason":"b"}}`,
+		`{"type":"message_delta","usage":{"output_tokens":15},"usage":{"output_tokens":16}}`,
+		`{"type":"message_delta","usage":{"output_tokens":-15}}`,
+		`{"type":"message_delta","usage":{"output_tokens":15}`,
+		`{"type":"message_delta","usage":{"output_tokens":15}}}`,
+		`{"type":"message_delta"}`,
+	} {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, state := range []classifyState{{}, {started: true, usage: Usage{InputTokens: 7, OutputTokens: 9}}} {
+			fastState := state
+			got := Event{Data: data, Index: -1}
+			if !fastState.messagesFixed(&got) {
+				if !reflect.DeepEqual(got, Event{Data: data, Index: -1}) || !reflect.DeepEqual(fastState, state) {
+					t.Fatalf("a refused event was changed: %+v %+v", got, fastState)
+				}
+				continue
+			}
+			slowState := state
+			want := Event{Data: data, Index: -1}
+			slowState.general(Messages, &want)
+			if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(fastState, slowState) {
+				t.Fatalf("%s:\n fast %+v %+v\n slow %+v %+v", data, got, fastState, want, slowState)
+			}
 		}
 	})
 }
