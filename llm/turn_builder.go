@@ -2,6 +2,9 @@ package llm
 
 import (
 	"strings"
+	"unsafe"
+
+	"github.com/chimehq/chime/llm/internal/reqscan"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -137,17 +140,11 @@ func (b *TurnBuilder) addPart(ev Event) {
 		if blk == nil {
 			return // a delta of a text or tool_use block (citations, …), or of no block
 		}
-		d := gjson.Parse(ev.Part)
-		if c := d.Get("citation"); d.Get("type").String() == "citations_delta" && c.Exists() {
-			blk.citations = append(blk.citations, c.Raw)
+		if key, val, ok := plainDelta(ev.Part); ok {
+			accumulateString(&blk.appended, key, val)
 			return
 		}
-		d.ForEach(func(k, v gjson.Result) bool {
-			if k.Str != "type" && v.Type == gjson.String && plainKey(k.Str) {
-				accumulate(&blk.appended, k.Str, v)
-			}
-			return true
-		})
+		blk.addDelta(ev.Part)
 	case PartItemDone:
 		b.items.addRaw(ev.Part)
 	case PartFields:
@@ -158,30 +155,87 @@ func (b *TurnBuilder) addPart(ev Event) {
 	}
 }
 
+// addDelta folds a block delta into blk: a citation, or each string
+// member but the type appended to the member of that name.
+func (blk *rawBlock) addDelta(part string) {
+	d := gjson.Parse(part)
+	if c := d.Get("citation"); d.Get("type").String() == "citations_delta" && c.Exists() {
+		blk.citations = append(blk.citations, c.Raw)
+		return
+	}
+	d.ForEach(func(k, v gjson.Result) bool {
+		if k.Str != "type" && v.Type == gjson.String && plainKey(k.Str) {
+			accumulate(&blk.appended, k.Str, v)
+		}
+		return true
+	})
+}
+
+// plainDelta reads a block delta laid out as the Messages API sends a
+// thinking or signature delta, {"type":"<t>","<key>":"<string>"} with <t>
+// not citations_delta and <key> a plainKey other than type, as addDelta
+// would: the key and the string's text. ok is false for anything else.
+// part is valid JSON, as the classifier leaves a delta.
+// Most of a thinking answer's events are these; addDelta read each with
+// three gjson passes, several times the classifier's cost in the guest.
+func plainDelta(part string) (key, val string, ok bool) {
+	const head = `{"type":"`
+	if len(part) < len(head)+8 || part[:len(head)] != head || part[len(part)-2:] != `"}` {
+		return "", "", false
+	}
+	rest := part[len(head):]
+	te := strings.IndexByte(rest, '"')
+	if te < 0 || strings.IndexByte(rest[:te], '\\') >= 0 || rest[:te] == "citations_delta" {
+		return "", "", false
+	}
+	rest = rest[te+1:]
+	if !strings.HasPrefix(rest, `,"`) {
+		return "", "", false
+	}
+	rest = rest[2:]
+	ke := strings.IndexByte(rest, '"')
+	if ke < 0 || !plainKey(rest[:ke]) || rest[:ke] == "type" || !strings.HasPrefix(rest[ke:], `":"`) {
+		return "", "", false
+	}
+	key, lit := rest[:ke], rest[ke+2:len(rest)-1]
+	b := unsafe.Slice(unsafe.StringData(lit), len(lit))
+	if reqscan.StringEnd(b, 0) != len(b) {
+		return "", "", false
+	}
+	return key, literalText(b), true
+}
+
 // accumulate adds v to the field name of fs: strings concatenate, other
 // values replace.
 func accumulate(fs *[]streamField, name string, v gjson.Result) {
-	var f *streamField
-	for i := range *fs {
-		if (*fs)[i].name == name {
-			f = &(*fs)[i]
-			break
-		}
-	}
-	if f == nil {
-		*fs = append(*fs, streamField{name: name})
-		f = &(*fs)[len(*fs)-1]
-	}
 	if v.Type == gjson.String {
-		if f.raw != "" {
-			f.raw = ""
-			f.str = f.str[:0]
-		}
-		f.str = append(f.str, v.Str...)
+		accumulateString(fs, name, v.Str)
 		return
 	}
+	f := fieldNamed(fs, name)
 	f.str = f.str[:0]
 	f.raw = v.Raw
+}
+
+// accumulateString appends s to the string field name of fs.
+func accumulateString(fs *[]streamField, name, s string) {
+	f := fieldNamed(fs, name)
+	if f.raw != "" {
+		f.raw = ""
+		f.str = f.str[:0]
+	}
+	f.str = append(f.str, s...)
+}
+
+// fieldNamed returns the field name of fs, added when missing.
+func fieldNamed(fs *[]streamField, name string) *streamField {
+	for i := range *fs {
+		if (*fs)[i].name == name {
+			return &(*fs)[i]
+		}
+	}
+	*fs = append(*fs, streamField{name: name})
+	return &(*fs)[len(*fs)-1]
 }
 
 // plainKey reports whether k can be used as an sjson path as is.
