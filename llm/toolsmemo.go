@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"github.com/chimehq/chime/internal/memeq"
 	"github.com/chimehq/chime/llm/internal/reqscan"
 )
 
@@ -46,7 +47,7 @@ type toolsMemoEntry struct {
 func (m *ToolsMemo) find(p Protocol, rest []byte) *toolsMemoEntry {
 	for i := range m.entries {
 		e := &m.entries[i]
-		if e.raw != nil && e.proto == p && len(rest) >= len(e.raw) && reqscan.Equal(rest[:len(e.raw)], e.raw) {
+		if e.raw != nil && e.proto == p && len(rest) >= len(e.raw) && memeq.Equal(rest[:len(e.raw)], e.raw) {
 			m.hits++
 			return e
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/chimehq/chime/hostapi"
+	"github.com/chimehq/chime/internal/memeq"
 	"github.com/chimehq/chime/llm"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -554,7 +555,7 @@ func finishFor(f llm.Finish, calls int) llm.Finish {
 // emit makes the current chunk buffer hold out, the bytes the client gets
 // now, instead of chunk.
 func (h *httpContext) emit(chunk, out []byte, size int) {
-	if len(chunk) == size && bytes.Equal(chunk, out) {
+	if len(chunk) == size && memeq.Equal(chunk, out) {
 		return
 	}
 	h.replaceResponse(out)

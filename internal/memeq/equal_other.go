@@ -1,6 +1,6 @@
 //go:build !wasm
 
-package reqscan
+package memeq
 
 import "bytes"
 

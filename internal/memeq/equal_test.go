@@ -1,4 +1,4 @@
-package reqscan
+package memeq
 
 import (
 	"bytes"
