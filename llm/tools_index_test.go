@@ -2,8 +2,6 @@ package llm
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/chimehq/chime/llm/internal/reqscan"
@@ -60,21 +58,10 @@ func FuzzClientToolIndex(f *testing.F) {
 			f.Add(byte(p), []byte(c.body), c.name)
 		}
 	}
-	files, _ := filepath.Glob("testdata/clients/*.json")
-	for _, file := range files {
-		raw, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		var captured struct {
-			Path string          `json:"path"`
-			Body json.RawMessage `json:"body"`
-		}
-		if json.Unmarshal(raw, &captured) != nil || len(captured.Body) == 0 {
-			continue
-		}
+	bodies, protos := clientBodies(f)
+	for i, body := range bodies {
 		for _, name := range []string{"Bash", "shell", "apply_patch", "clock", "Read", "update_plan"} {
-			f.Add(byte(DetectProtocol(captured.Path)), []byte(captured.Body), name)
+			f.Add(byte(protos[i]), body, name)
 		}
 	}
 	f.Fuzz(func(t *testing.T, proto byte, body []byte, name string) {
