@@ -78,15 +78,8 @@ const (
 // it reports false, leaving ev alone, for anything else.
 func messagesTextDelta(ev *Event) bool {
 	d := ev.Data
-	if !bytes.HasPrefix(d, []byte(textDeltaHead)) {
-		return false
-	}
-	index, j, ok := smallIndex(d, len(textDeltaHead))
-	if !ok || !bytes.HasPrefix(d[j:], []byte(textDeltaMid)) {
-		return false
-	}
-	s := j + len(textDeltaMid)
-	if s >= len(d) || d[s] != '"' {
+	index, s, ok := indexedHead(d, textDeltaHead, textDeltaMid)
+	if !ok || s >= len(d) || d[s] != '"' {
 		return false
 	}
 	e := reqscan.StringEnd(d, s)
@@ -106,6 +99,19 @@ func messagesTextDelta(ev *Event) bool {
 		ev.Text = text
 	}
 	return true
+}
+
+// indexedHead reads the start of d laid out as head, a small index, then
+// mid: the index and where what follows mid begins; ok false otherwise.
+func indexedHead(d []byte, head, mid string) (index, rest int, ok bool) {
+	if !bytes.HasPrefix(d, []byte(head)) {
+		return 0, 0, false
+	}
+	index, j, ok := smallIndex(d, len(head))
+	if !ok || !bytes.HasPrefix(d[j:], []byte(mid)) {
+		return 0, 0, false
+	}
+	return index, j + len(mid), true
 }
 
 // smallIndex reads the index at d[i:] as the Messages API writes it: up
@@ -171,15 +177,8 @@ func (s *classifyState) messagesFixed(ev *Event) bool {
 	if bytes.HasPrefix(d, []byte(messageStartHead)) || bytes.HasPrefix(d, []byte(messageDeltaHead)) {
 		return s.messagesEnvelope(ev)
 	}
-	if !bytes.HasPrefix(d, []byte(textDeltaHead)) {
-		return false
-	}
-	index, j, ok := smallIndex(d, len(textDeltaHead))
-	if !ok || !bytes.HasPrefix(d[j:], []byte(deltaKey)) {
-		return false
-	}
-	o := j + len(deltaKey)
-	if len(d) < o+len(deltaTypeHead)+2 {
+	index, o, ok := indexedHead(d, textDeltaHead, deltaKey)
+	if !ok || len(d) < o+len(deltaTypeHead)+2 {
 		return false
 	}
 	delta := d[o : len(d)-1]
@@ -218,11 +217,10 @@ func (s *classifyState) messagesFixed(ev *Event) bool {
 // type as a plain string.
 func (s *classifyState) messagesBlockStart(ev *Event) bool {
 	d := ev.Data
-	index, j, ok := smallIndex(d, len(blockStartHead))
-	if !ok || !bytes.HasPrefix(d[j:], []byte(blockKey)) {
+	index, o, ok := indexedHead(d, blockStartHead, blockKey)
+	if !ok {
 		return false
 	}
-	o := j + len(blockKey)
 	if len(d) < o+len(deltaTypeHead)+2 || d[len(d)-1] != '}' {
 		return false
 	}
