@@ -186,9 +186,11 @@ func runUpstream(ctx context.Context, cl *cluster, req *http.Request, out chan<-
 	if !send(upEvent{kind: upHeaders, resp: resp}) {
 		return
 	}
+	left := resp.ContentLength // -1 when unknown
 	for {
-		buf := make([]byte, 32<<10)
+		buf := make([]byte, readSize(left))
 		n, err := resp.Body.Read(buf)
+		left -= int64(n)
 		if n > 0 && !send(upEvent{kind: upData, data: buf[:n]}) {
 			return
 		}
@@ -201,6 +203,17 @@ func runUpstream(ctx context.Context, cl *cluster, req *http.Request, out chan<-
 			return
 		}
 	}
+}
+
+// readSize is the buffer for the next read of a body with left bytes to
+// come (negative when unknown): 32 KiB, or what is left when less, so a
+// small body does not allocate and clear 32 KiB. net/http returns io.EOF
+// with a sized body's last bytes, so one read takes a small body whole.
+func readSize(left int64) int {
+	if left > 0 && left < 32<<10 {
+		return int(left)
+	}
+	return 32 << 10
 }
 
 func (s *stream) stopUpstream() {

@@ -51,6 +51,7 @@ type stream struct {
 
 	reqBody          chan bodyEvent // client body chunks; nil when none or ignored
 	reqComplete      bool           // the whole request arrived from the client
+	bodyArrived      bool           // the whole body came with the headers (bodyInHand)
 	declaredTrailers []string       // request trailer names announced by the client
 
 	// Router state.
@@ -132,8 +133,13 @@ func (s *stream) run() {
 		for k := range s.r.Trailer { // read before the body reader may fill it
 			s.declaredTrailers = append(s.declaredTrailers, k)
 		}
-		s.reqBody = make(chan bodyEvent)
-		go s.readRequestBody(s.reqBody)
+		if s.bodyArrived {
+			s.reqBody = make(chan bodyEvent, 1)
+			s.reqBody <- s.bodyInHand()
+		} else {
+			s.reqBody = make(chan bodyEvent)
+			go s.readRequestBody(s.reqBody)
+		}
 	}
 	if t := s.l.cfg.StreamIdleTimeout; t > 0 {
 		s.idleTimer = time.NewTimer(t)
@@ -246,8 +252,9 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 		{Key: ":method", Value: r.Method},
 		{Key: ":scheme", Value: "http"},
 	}
-	if names, ok := s.wireOrder(); ok {
+	if names, after, ok := s.wireOrder(); ok {
 		h = orderHeaders(h, r, names)
+		s.bodyArrived = r.ContentLength > 0 && len(r.TransferEncoding) == 0 && r.ContentLength <= int64(after)
 	} else {
 		h = appendHeaderMap(h, r.Header)
 	}
@@ -289,9 +296,11 @@ func (s *stream) readRequestBody(reqBody chan<- bodyEvent) {
 			return false
 		}
 	}
+	left := s.r.ContentLength // -1 when unknown
 	for {
-		buf := make([]byte, 32<<10)
+		buf := make([]byte, readSize(left))
 		n, err := s.r.Body.Read(buf)
+		left -= int64(n)
 		if err == io.EOF {
 			send(bodyEvent{data: buf[:n], end: true, trailers: s.r.Trailer})
 			return
@@ -304,6 +313,19 @@ func (s *stream) readRequestBody(reqBody chan<- bodyEvent) {
 			return
 		}
 	}
+}
+
+// bodyInHand reads a body that came in the same reads as its headers: the
+// bytes wait in net/http's buffer, so reading them here does not block, and
+// the loop hands them to the filters right after the headers, as Envoy's
+// codec dispatches headers and data parsed from one read. A goroutine and
+// a 32 KiB buffer per request are saved.
+func (s *stream) bodyInHand() bodyEvent {
+	buf := make([]byte, s.r.ContentLength)
+	if _, err := io.ReadFull(s.r.Body, buf); err != nil {
+		return bodyEvent{err: err}
+	}
+	return bodyEvent{data: buf, end: true}
 }
 
 func (s *stream) onRequestBody(ev bodyEvent) {
@@ -337,11 +359,12 @@ func (s *stream) onRequestBody(ev bodyEvent) {
 	s.dec.pushData(0, ev.data, ev.end)
 }
 
-// wireOrder is the request's header names in wire order (HTTP/1 only).
-func (s *stream) wireOrder() ([]string, bool) {
+// wireOrder is the request's header names in wire order (HTTP/1 only),
+// and how many bytes past them the connection had already read.
+func (s *stream) wireOrder() ([]string, int, bool) {
 	wc, _ := s.r.Context().Value(wireConnKey{}).(*wireConn)
 	if wc == nil || s.r.ProtoMajor != 1 {
-		return nil, false
+		return nil, 0, false
 	}
 	return wc.wireOrder(s.r)
 }

@@ -71,9 +71,12 @@ func (c *wireConn) Read(p []byte) (int, error) {
 
 // wireOrder returns r's header names as they appeared on the wire
 // (lowercase, one entry per header line), and consumes the window up to
-// the end of r's header block. ok is false when the block cannot be found
-// or does not match r (then the caller keeps its own order).
-func (c *wireConn) wireOrder(r *http.Request) (names []string, ok bool) {
+// the end of r's header block. after is how many bytes the connection had
+// read past that block: net/http holds them unread, so a body no longer
+// than after is there to read without waiting. ok is false when the block
+// cannot be found or does not match r (then the caller keeps its own
+// order).
+func (c *wireConn) wireOrder(r *http.Request) (names []string, after int, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	line := []byte(r.Method + " " + r.RequestURI + " ")
@@ -81,7 +84,7 @@ func (c *wireConn) wireOrder(r *http.Request) (names []string, ok bool) {
 	for {
 		i := bytes.Index(c.buf[from:], line)
 		if i < 0 {
-			return nil, false
+			return nil, 0, false
 		}
 		start := from + i
 		from = start + 1
@@ -89,7 +92,7 @@ func (c *wireConn) wireOrder(r *http.Request) (names []string, ok bool) {
 		// may end without a newline. The header set must match r.
 		end := bytes.Index(c.buf[start:], []byte("\r\n\r\n"))
 		if end < 0 {
-			return nil, false
+			return nil, 0, false
 		}
 		block := c.buf[start : start+end]
 		names = names[:0]
@@ -119,7 +122,7 @@ func (c *wireConn) wireOrder(r *http.Request) (names []string, ok bool) {
 			continue
 		}
 		c.buf = append(c.buf[:0], c.buf[start+end+4:]...)
-		return names, true
+		return names, len(c.buf), true
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -10,21 +11,32 @@ import (
 )
 
 // FuzzWireOrder: whatever bytes a client sends, finding a request's header
-// block never panics, and an order it returns names every header net/http
-// parsed.
+// block never panics, an order it returns names every header net/http
+// parsed, and a body no longer than the bytes it counts past the block is
+// there whole: those bytes, read without waiting (bodyInHand).
 func FuzzWireOrder(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nB: 1\r\nA: 2\r\nb: 3\r\n\r\n"))
 	f.Add([]byte("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET /y HTTP/1.1\r\nHost: a\r\nZ: 1\r\n\r\n"))
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n"))
+	f.Add([]byte("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nabc"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
 			return
 		}
 		c := &wireConn{buf: append([]byte(nil), data...)}
-		names, ok := c.wireOrder(r)
+		names, after, ok := c.wireOrder(r)
 		if !ok {
 			return
+		}
+		if after < 0 || after > len(data) {
+			t.Fatalf("after = %d of %d bytes", after, len(data))
+		}
+		if n := r.ContentLength; n > 0 && len(r.TransferEncoding) == 0 && n <= int64(after) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil || !bytes.Equal(body, data[len(data)-after:][:n]) {
+				t.Fatalf("body %q, %v; want the %d bytes after the header block %q", body, err, n, data[len(data)-after:])
+			}
 		}
 		seen := map[string]bool{}
 		for _, n := range names {
