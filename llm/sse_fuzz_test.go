@@ -178,6 +178,29 @@ func BenchmarkStreamReader(b *testing.B) {
 	}
 }
 
+// BenchmarkStreamReaderShortAnswer reads a short Messages answer (7
+// events, 868 bytes) that arrives in one chunk, as most answers to a
+// quick request do: a fresh reader per answer, so its first allocations
+// count. Run it under wazero too (docs/performance.md).
+func BenchmarkStreamReaderShortAnswer(b *testing.B) {
+	data, err := os.ReadFile("testdata/responses/messages_text.sse")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := NewStreamReader(Messages)
+		evs, err := r.Feed(data)
+		if err != nil || len(evs) != 7 {
+			b.Fatalf("%d events, %v", len(evs), err)
+		}
+		if _, err := r.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRenderSSE measures rendering of the same long turn.
 func BenchmarkRenderSSE(b *testing.B) {
 	turn := &Turn{Text: strings.Repeat("The quick brown fox jumps over the lazy dog. ", 2000)}

@@ -152,6 +152,11 @@ func (r *StreamReader) Feed(chunk []byte) ([]Event, error) {
 	}
 	r.buf = append(r.buf, chunk...)
 	clear(r.evs) // the previous events belong to the caller now
+	if r.evs == nil {
+		// A whole answer often comes in one chunk: room for a short
+		// one's events at once, not a doubling per few events.
+		r.evs = make([]Event, 0, firstEvents)
+	}
 	evs := r.scan(r.evs[:0])
 	r.evs = evs
 	if r.err == nil && len(r.buf) > MaxEventBytes {
@@ -266,6 +271,9 @@ func (r *StreamReader) field(start, end int) {
 		r.name = [2]int{vstart, end}
 	}
 }
+
+// firstEvents is the room a reader's first Feed makes for events.
+const firstEvents = 8
 
 // Arena blocks start small (most answers are a few KB) and double up to
 // arenaMax; a larger event gets a block of its own size.
