@@ -293,10 +293,11 @@ func (r *StreamReader) keep(b []byte) []byte {
 	return r.arena[at : at+len(b) : at+len(b)]
 }
 
-// eventNames are the event field values the protocols send, so that
-// naming an event costs no allocation.
-var eventNames = func() map[string]string {
-	m := map[string]string{}
+// eventNames are the event field values the protocols send, by length, so
+// that naming an event costs no allocation and no hashing: a map's string
+// hash is Go's portable one in a wasm guest, slower than comparing the one
+// or two names of the same length.
+var eventNames = func() (by [64][]string) {
 	for _, n := range []string{
 		"message_start", "content_block_start", "content_block_delta", "content_block_stop",
 		"message_delta", "message_stop", "ping", "error",
@@ -307,15 +308,19 @@ var eventNames = func() map[string]string {
 		"response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
 		"response.reasoning_summary_text.done", "response.completed", "response.incomplete", "response.failed",
 	} {
-		m[n] = n
+		by[len(n)] = append(by[len(n)], n)
 	}
-	return m
+	return by
 }()
 
 // eventName is string(b), without an allocation for a known name.
 func eventName(b []byte) string {
-	if n, ok := eventNames[string(b)]; ok {
-		return n
+	if len(b) < len(eventNames) {
+		for _, n := range eventNames[len(b)] {
+			if string(b) == n {
+				return n
+			}
+		}
 	}
 	return string(b)
 }

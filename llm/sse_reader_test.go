@@ -332,3 +332,29 @@ func TestEventsOutliveLaterFeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestEventNameInterned: a name the protocols send comes back as the same
+// string without an allocation; any other name comes back as itself.
+func TestEventNameInterned(t *testing.T) {
+	known := 0
+	for l, names := range eventNames {
+		for _, n := range names {
+			known++
+			b := []byte(n)
+			if len(n) != l || eventName(b) != n {
+				t.Errorf("eventName(%q) = %q", n, eventName(b))
+			}
+			if a := testing.AllocsPerRun(10, func() { _ = eventName(b) }); a != 0 {
+				t.Errorf("eventName(%q) allocates %v times", n, a)
+			}
+		}
+	}
+	if known != 25 {
+		t.Errorf("%d known names, want 25", known)
+	}
+	for _, n := range []string{"", "message_star", "message_startx", "Message_start", strings.Repeat("x", 80)} {
+		if got := eventName([]byte(n)); got != n {
+			t.Errorf("eventName(%q) = %q", n, got)
+		}
+	}
+}
