@@ -64,8 +64,9 @@ type Request struct {
 	// clientTools are the name keys of the client's tools (clientTool),
 	// listed by ParseRequest.
 	clientTools      []clientToolName
-	clientToolsEnd   int  // arrayEnd(tools): where a new tool goes
-	clientToolsEmpty bool // and whether the array is empty
+	clientToolKeys   uint64 // the toolKey bits of clientTools
+	clientToolsEnd   int    // arrayEnd(tools): where a new tool goes
+	clientToolsEmpty bool   // and whether the array is empty
 
 	memo *ToolsMemo // ParseRequestWith's, for the tools array; nil: none
 }

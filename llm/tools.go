@@ -271,7 +271,7 @@ func (r *Request) HasToolNamed(name string) bool {
 // also the last name of function or custom) equal to name. ParseRequest
 // lists the name keys as it validates the array (indexTools).
 func (r *Request) clientTool(name string) span {
-	if !r.tools.ok() || r.body[r.tools.s] != '[' {
+	if !r.tools.ok() || r.body[r.tools.s] != '[' || r.clientToolKeys&toolKey(name) == 0 {
 		return noSpan
 	}
 	for _, t := range r.clientTools {
@@ -296,11 +296,34 @@ func (r *Request) clientTool(name string) span {
 type clientToolName struct {
 	name, el span
 	plain    bool
+	key      uint64 // toolKey of the name; all bits when it has an escape
 }
 
 // toolName lists the raw name string at sp of the element starting at es.
 func (r *Request) toolName(sp span, es int) clientToolName {
-	return clientToolName{name: sp, el: span{es, -1}, plain: bytes.IndexByte(r.body[sp.s:sp.e], '\\') < 0}
+	raw := r.body[sp.s:sp.e]
+	t := clientToolName{name: sp, el: span{es, -1}, plain: bytes.IndexByte(raw, '\\') < 0}
+	t.key = ^uint64(0) // an escaped name matches every key
+	if t.plain {
+		t.key = toolKey(raw[1 : len(raw)-1])
+	}
+	return t
+}
+
+// toolKey is a name's bit in a 64-bit filter (its length, first and last
+// byte): most lookups are of names the client does not have, and a miss
+// in the filter needs no walk of its tools.
+func toolKey[S ~string | ~[]byte](name S) uint64 {
+	if len(name) == 0 {
+		return 1
+	}
+	return 1 << ((uint(len(name))*7 + uint(name[0])*3 + uint(name[len(name)-1])) & 63)
+}
+
+// addClientTool lists t.
+func (r *Request) addClientTool(t clientToolName) {
+	r.clientTools = append(r.clientTools, t)
+	r.clientToolKeys |= t.key
 }
 
 // indexTools validates the tools array at vs, as ck.Value(vs, 1) would,
@@ -310,7 +333,7 @@ func (r *Request) toolName(sp span, es int) clientToolName {
 // milliseconds a request. It returns the value's end or -1.
 func (r *Request) indexTools(ck *reqscan.Checker, vs int) int {
 	b := r.body
-	r.clientTools = r.clientTools[:0] // the last tools member wins
+	r.clientTools, r.clientToolKeys = r.clientTools[:0], 0 // the last tools member wins
 	r.clientToolsEnd, r.clientToolsEmpty = vs+1, true
 	return reqscan.WalkElements(b, vs, func(es int) int {
 		var ve int
@@ -327,13 +350,13 @@ func (r *Request) indexTools(ck *reqscan.Checker, vs int) int {
 						return ne
 					})
 					if me >= 0 && last.ok() && b[last.s] == '"' {
-						r.clientTools = append(r.clientTools, r.toolName(last, es))
+						r.addClientTool(r.toolName(last, es))
 					}
 					return me
 				}
 				me := ck.Value(ms, 3)
 				if me >= 0 && reqscan.KeyIs(key, "name") && b[ms] == '"' {
-					r.clientTools = append(r.clientTools, r.toolName(span{ms, me}, es))
+					r.addClientTool(r.toolName(span{ms, me}, es))
 				}
 				return me
 			})

@@ -81,9 +81,9 @@ func (t clientToolName) shift(d int) clientToolName {
 func (r *Request) indexToolsMemo(ck *reqscan.Checker, vs int) int {
 	m := r.memo
 	if e := m.find(r.proto, r.body[vs:]); e != nil {
-		r.clientTools = r.clientTools[:0]
+		r.clientTools, r.clientToolKeys = r.clientTools[:0], 0
 		for _, t := range e.names {
-			r.clientTools = append(r.clientTools, t.shift(vs))
+			r.addClientTool(t.shift(vs))
 		}
 		r.clientToolsEnd, r.clientToolsEmpty = vs+e.end, e.empty
 		if e.tag {
