@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"github.com/chimehq/chime/internal/memeq"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -196,7 +197,7 @@ func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 	// The bytes are only read here (the decoding holds copies): the
 	// buffer goes back for the next read.
 	defer proxywasm.RecycleBuffer(raw)
-	if p.lastQuiet.ok && bytes.Equal(raw, p.lastQuiet.raw) {
+	if p.lastQuiet.ok && memeq.Equal(raw, p.lastQuiet.raw) {
 		return p.lastQuiet.e, true
 	}
 	if e, ok := p.decodedQuiet[string(raw)]; ok {
