@@ -49,12 +49,31 @@ func fuzzStreamReader(t *testing.T, p Protocol, data []byte, split uint16) {
 	var b TurnBuilder
 	for _, ev := range one {
 		b.Add(ev)
+		// What the filter reads without building the turn agrees with it.
+		turn := b.Turn()
+		for _, names := range [][]string{nil, {"clock", "timer"}, callNames(turn)} {
+			if got, want := b.CountCalls(names), len(turn.ServerCalls(names)); got != want {
+				t.Fatalf("CountCalls(%q) = %d, the turn has %d", names, got, want)
+			}
+		}
+		if b.Finish() != turn.Finish {
+			t.Fatalf("Finish() = %v, the turn's %v", b.Finish(), turn.Finish)
+		}
 	}
 	// Provider items rebuilt from deltas must be valid JSON objects, since
 	// followups replay them verbatim (docs/architecture.md).
 	if err := b.Turn().CheckItems(); err != nil {
 		t.Fatalf("turn items: %v", err)
 	}
+}
+
+// callNames lists the names of t's calls.
+func callNames(t *Turn) []string {
+	var names []string
+	for _, c := range t.ToolCalls {
+		names = append(names, c.Name)
+	}
+	return names
 }
 
 func FuzzStreamReaderChat(f *testing.F) {

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -103,6 +104,22 @@ func (b *TurnBuilder) Add(ev Event) {
 
 // NumCalls returns how many tool calls have started so far.
 func (b *TurnBuilder) NumCalls() int { return len(b.calls) }
+
+// Finish returns the finish seen so far (the zero Finish if none).
+func (b *TurnBuilder) Finish() Finish { return b.finish }
+
+// CountCalls returns how many of the calls started so far are named one of
+// names: Turn().ServerCalls(names) counted without building the turn, which
+// for an answer that thinks renders each thinking block as JSON.
+func (b *TurnBuilder) CountCalls(names []string) int {
+	n := 0
+	for _, c := range b.calls {
+		if slices.Contains(names, c.Name) {
+			n++
+		}
+	}
+	return n
+}
 
 // Terminated reports whether the protocol's terminal event was seen.
 func (b *TurnBuilder) Terminated() bool { return b.terminated }

@@ -181,7 +181,7 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 		return proxywasm.ActionContinue
 	}
 	r.orig = turn
-	if h.needsResolve(true) && h.resolve(false) {
+	if h.needsResolve(len(turn.ServerCalls(h.serverTools)), turn.Finish, true) && h.resolve(false) {
 		return proxywasm.ActionPause
 	}
 	h.sendTemplate()
@@ -268,16 +268,27 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 		proxywasm.LogDebugf("chime: request %s: SSE stream ended early: %v", h.id(), err)
 	}
 	out = h.route(last, out)
-	r.orig = r.turn.Turn()
 	complete := r.turn.Terminated() && r.turn.ErrorMessage() == ""
-	if h.needsResolve(complete) && h.resolve(true) {
-		r.paused = out
-		h.emit(chunk, out, size)
-		proxywasm.RecycleBuffer(chunk)
-		return proxywasm.ActionPause
+	// The whole turn is built only when something reads it: a resolve, a
+	// template or withheld calls; an answer that thinks renders each
+	// thinking block as JSON for it.
+	if h.needsResolve(r.turn.CountCalls(h.serverTools), r.turn.Finish(), complete) {
+		r.orig = r.turn.Turn()
+		if h.resolve(true) {
+			r.paused = out
+			h.emit(chunk, out, size)
+			proxywasm.RecycleBuffer(chunk)
+			return proxywasm.ActionPause
+		}
+	}
+	if complete && h.wantTemplate && r.orig == nil {
+		r.orig = r.turn.Turn()
 	}
 	if complete {
 		h.sendTemplate()
+	}
+	if r.withholding && r.orig == nil {
+		r.orig = r.turn.Turn()
 	}
 	out = append(out, h.sseEnding(nil)...)
 	h.emitAndRecycle(chunk, out, size)
@@ -338,17 +349,15 @@ func (h *httpContext) startsServerCall(ev llm.Event) bool {
 // needsResolve is docs/architecture.md's test, counting the server-tool calls on the
 // way: a server-tool call, or a stop/length finish the host may continue.
 // An incomplete or failed upstream turn is never continued.
-func (h *httpContext) needsResolve(complete bool) bool {
-	t := h.resp.orig
-	n := len(t.ServerCalls(h.serverTools))
-	h.plugin.serverToolCalls.add(n)
+func (h *httpContext) needsResolve(serverCalls int, finish llm.Finish, complete bool) bool {
+	h.plugin.serverToolCalls.add(serverCalls)
 	if !complete {
 		return false
 	}
-	if n > 0 {
+	if serverCalls > 0 {
 		return true
 	}
-	return h.mayContinue && (t.Finish.Reason == llm.FinishStop || t.Finish.Reason == llm.FinishLength)
+	return h.mayContinue && (finish.Reason == llm.FinishStop || finish.Reason == llm.FinishLength)
 }
 
 // resolve sends the resolve call. It reports false when the call could not
@@ -496,6 +505,12 @@ func (h *httpContext) jsonEnding(ans *hostapi.ResolveResponse) ([]byte, bool) {
 // those events byte for byte.
 func (h *httpContext) sseEnding(ans *hostapi.ResolveResponse) []byte {
 	r := &h.resp
+	if ans == nil && !r.withholding {
+		if r.turn.CountCalls(h.serverTools) > 0 {
+			proxywasm.LogWarnf("chime: request %s: a server-tool call reached the client unrecognised", h.id())
+		}
+		return r.held
+	}
 	seen := r.orig.ToolCalls[:min(r.forwardedCalls, len(r.orig.ToolCalls))]
 	withheld := llm.Turn{ToolCalls: r.orig.ToolCalls[len(seen):]}
 	withheldClient := withheld.ClientCalls(h.serverTools)
