@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -171,29 +172,33 @@ func BenchmarkStreamReader(b *testing.B) {
 		Usage:     Usage{100, 200}}
 	for _, p := range allProtocols {
 		data := RenderSSE(p, turn, RenderOptions{ChunkBytes: 16, ChatUsage: true})
-		b.Run(p.String(), func(b *testing.B) {
-			b.SetBytes(int64(len(data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				r := NewStreamReader(p)
-				var tb TurnBuilder
-				for off := 0; off < len(data); off += 4096 {
-					evs, err := r.Feed(data[off:min(off+4096, len(data))])
-					if err != nil {
+		// Chunks as a proxy reads them: 4 KB, and 64 KB (hundreds of
+		// small events each).
+		for _, chunk := range []int{4 << 10, 64 << 10} {
+			b.Run(fmt.Sprintf("%v/%dKB", p, chunk>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				b.ReportAllocs()
+				for b.Loop() {
+					r := NewStreamReader(p)
+					var tb TurnBuilder
+					for off := 0; off < len(data); off += chunk {
+						evs, err := r.Feed(data[off:min(off+chunk, len(data))])
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, ev := range evs {
+							tb.Add(ev)
+						}
+					}
+					if _, err := r.Close(); err != nil {
 						b.Fatal(err)
 					}
-					for _, ev := range evs {
-						tb.Add(ev)
+					if tb.Turn().Text != turn.Text {
+						b.Fatal("text mismatch")
 					}
 				}
-				if _, err := r.Close(); err != nil {
-					b.Fatal(err)
-				}
-				if tb.Turn().Text != turn.Text {
-					b.Fatal("text mismatch")
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -116,7 +116,8 @@ var ErrIncompleteEvent = errors.New("llm: SSE stream ended inside an event")
 // may be LF, CRLF or CR; comments and id/retry fields are kept in Raw only.
 type StreamReader struct {
 	p      Protocol
-	buf    []byte // bytes of the pending event, from its first byte
+	buf    []byte // bytes read and not yet dispatched, from buf[base]
+	base   int    // where the pending event starts in buf; the positions below are buf's
 	look   int    // where to resume searching for a line end
 	nl     int    // a known LF at or after look, if nl >= look
 	noLF   int    // buf[:noLF] past look holds no LF (avoids rescans on CR-only input)
@@ -159,6 +160,7 @@ func (r *StreamReader) Feed(chunk []byte) ([]Event, error) {
 	}
 	evs := r.scan(r.evs[:0])
 	r.evs = evs
+	r.compact()
 	if r.err == nil && len(r.buf) > MaxEventBytes {
 		r.err = ErrEventTooLarge
 	}
@@ -177,6 +179,7 @@ func (r *StreamReader) Close() ([]Event, error) {
 	}
 	r.closed = true
 	evs := r.scan(nil)
+	r.compact()
 	if len(r.buf) == 0 {
 		return evs, nil
 	}
@@ -327,42 +330,65 @@ func eventName(b []byte) string {
 
 // dispatch turns buf[:n] into an Event and drops it from the buffer.
 func (r *StreamReader) dispatch(n int) Event {
-	raw := r.keep(r.buf[:n])
+	b := r.base
+	raw := r.keep(r.buf[b:n])
 	ev := Event{Raw: raw, Index: -1}
 	if r.name[1] > r.name[0] {
-		ev.Name = eventName(raw[r.name[0]:r.name[1]])
+		ev.Name = eventName(raw[r.name[0]-b : r.name[1]-b])
 	}
 	switch len(r.data) {
 	case 0:
 	case 1:
-		ev.Data = raw[r.data[0][0]:r.data[0][1]:r.data[0][1]]
+		ev.Data = raw[r.data[0][0]-b : r.data[0][1]-b : r.data[0][1]-b]
 	default:
 		var joined []byte
 		for i, d := range r.data {
 			if i > 0 {
 				joined = append(joined, '\n')
 			}
-			joined = append(joined, raw[d[0]:d[1]]...)
+			joined = append(joined, raw[d[0]-b:d[1]-b]...)
 		}
 		ev.Data = joined
 	}
-	rest := copy(r.buf, r.buf[n:])
-	r.buf = r.buf[:rest]
-	r.look, r.line = 0, 0
-	r.nl -= n
-	r.noLF = max(0, r.noLF-n)
+	// The next event starts at n; the bytes before it are dropped once per
+	// Feed (compact), not moved after each event: a chunk of many events
+	// moved what followed each one, quadratic in the chunk.
+	r.base, r.look, r.line = n, n, n
 	r.fields = false
 	r.name = [2]int{}
 	r.data = r.data[:0]
-	if len(r.buf) == 0 && cap(r.buf) > 64<<10 {
-		r.buf = nil // do not pin a large buffer after a large event
-	}
 	if len(ev.Data) > 0 {
 		r.st.classify(r.p, &ev)
 	} else {
 		ev.Type = ev.Name
 	}
 	return ev
+}
+
+// compact drops the dispatched bytes before base from buf.
+func (r *StreamReader) compact() {
+	b := r.base
+	if b == 0 {
+		return
+	}
+	rest := copy(r.buf, r.buf[b:])
+	r.buf = r.buf[:rest]
+	r.base = 0
+	r.look -= b
+	r.line -= b
+	r.nl -= b
+	r.noLF = max(0, r.noLF-b)
+	if r.name != [2]int{} {
+		r.name[0] -= b
+		r.name[1] -= b
+	}
+	for i := range r.data {
+		r.data[i][0] -= b
+		r.data[i][1] -= b
+	}
+	if len(r.buf) == 0 && cap(r.buf) > 64<<10 {
+		r.buf = nil // do not pin a large buffer after a large event
+	}
 }
 
 // MustHold reports whether the filter has to hold this event until it knows
