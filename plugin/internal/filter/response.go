@@ -273,7 +273,7 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 	// template or withheld calls; an answer that thinks renders each
 	// thinking block as JSON for it.
 	if h.needsResolve(r.turn.CountCalls(h.serverTools), r.turn.Finish(), complete) {
-		r.orig = r.turn.Turn()
+		r.builtTurn()
 		if h.resolve(true) {
 			r.paused = out
 			h.emit(chunk, out, size)
@@ -281,18 +281,25 @@ func (h *httpContext) sseBody(size int, endOfStream bool) proxywasm.Action {
 			return proxywasm.ActionPause
 		}
 	}
-	if complete && h.wantTemplate && r.orig == nil {
-		r.orig = r.turn.Turn()
-	}
 	if complete {
+		if h.wantTemplate {
+			r.builtTurn()
+		}
 		h.sendTemplate()
 	}
-	if r.withholding && r.orig == nil {
-		r.orig = r.turn.Turn()
+	if r.withholding {
+		r.builtTurn()
 	}
 	out = append(out, h.sseEnding(nil)...)
 	h.emitAndRecycle(chunk, out, size)
 	return proxywasm.ActionContinue
+}
+
+// builtTurn sets orig to the streamed turn, building it once.
+func (r *response) builtTurn() {
+	if r.orig == nil {
+		r.orig = r.turn.Turn()
+	}
 }
 
 // route decides for each event whether it goes to the client now and
