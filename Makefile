@@ -91,7 +91,8 @@ faults: wasm
 # byte), the 1 MB request edit
 # natively vs in wasm vs a plain copy, the filter's callbacks for one quiet
 # 1 KB request in the runtime (BenchmarkChimeFilter; again with the caches
-# evicted before each request, as under load), prepare over 10k sessions, 10 000
+# evicted before each request, as under load; and the guest code such a
+# request runs, BenchmarkChimeFootprint), prepare over 10k sessions, 10 000
 # cron jobs due within a second (lateness p50/p99, heap per job), the
 # abuse benchmark (heap ratio over 5 000 requests of 2 000 directives) and,
 # among the e2e ones, the overload benchmark (1 000 concurrent stopMessage
@@ -111,6 +112,7 @@ bench: wasm
 	$(BEFORE_ENV) $(GO) test -run '^$$' -bench 'Edit1MB|Copy1MB' -benchmem ./internal/benchwork/
 	$(BEFORE_ENV) CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench ChimeFilter -benchtime 1x ./envoy/internal/wasmhost/
 	$(BEFORE_ENV) CHIME_BENCH_EVICT=32 CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -v -run '^$$' -bench 'ChimeFilter/chat-1KB' -benchtime 1x ./envoy/internal/wasmhost/
+	$(BEFORE_ENV) CHIME_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench ChimeFootprint -benchtime 1x ./envoy/internal/wasmhost/
 	$(GO) test -run '^$$' -bench Prepare10kSessions -benchtime 2000x ./host/
 	$(GO) test -run '^$$' -bench AbuseDirectives -benchtime 5000x -timeout 30m ./host/
 	$(GO) test -run '^$$' -bench PrepareConcurrentStopMessage -benchtime 3x ./host/

@@ -440,9 +440,17 @@ func (g *vmGroup) validate(interpret bool) error {
 	return nil
 }
 
+// compileListeners is set only by BenchmarkChimeFootprint: modules are
+// then compiled with function listeners (wazero keys such a compilation
+// apart from one without, in memory and on disk).
+var compileListeners experimental.FunctionListenerFactory
+
 // compileContext compiles a module's functions on every CPU: a cold
 // compilation of the chime filter on one core is most of a cold start.
 func compileContext(ctx context.Context) context.Context {
+	if compileListeners != nil {
+		ctx = experimental.WithFunctionListenerFactory(ctx, compileListeners)
+	}
 	return experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
 }
 
