@@ -33,8 +33,11 @@ func (p Protocol) String() string {
 // DetectProtocol resolves the protocol from a request path (docs/architecture.md#request-path).
 // A query string is ignored (docs/protocols.md#session-identity: /v1/messages?beta=true).
 func DetectProtocol(path string) Protocol {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
+	for i := 0; i < len(path); i++ {
+		if path[i] == '?' || path[i] == '#' {
+			path = path[:i]
+			break
+		}
 	}
 	if strings.IndexByte(path, '%') >= 0 {
 		path = decodeUnreserved(path)

@@ -2,7 +2,6 @@ package filter
 
 import (
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/chimehq/chime/hostapi"
@@ -24,8 +23,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 	// One read of the map and one pass over it: four headers matter.
 	headers, _ := proxywasm.GetHttpResponseHeaders()
 	rh := readResponseHeaders(headers)
-	n, err := strconv.Atoi(rh.status)
-	ok := err == nil && n >= 200 && n <= 299
+	ok := is2xx(rh.status)
 	if h.reserved && !h.outcomeSent {
 		path := hostapi.PathRollback
 		if ok {
@@ -54,6 +52,13 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 	}
 	return proxywasm.ActionContinue
 }
+
+// is2xx reports whether an HTTP status (":status") is 200 to 299.
+func is2xx(status string) bool {
+	return len(status) == 3 && status[0] == '2' && isDigit(status[1]) && isDigit(status[2])
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // OnHttpStreamDone rolls back a reservation whose response never started:
 // an upstream reset or a client that went away (docs/clock-tool.md). A resolve still

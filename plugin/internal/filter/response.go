@@ -71,12 +71,10 @@ func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream bool
 		h.sentBody = nil
 		return
 	}
-	ct := rh.contentType
-	mediaType, _, _ := strings.Cut(ct, ";")
-	switch strings.ToLower(strings.TrimSpace(mediaType)) {
-	case "application/json":
+	switch {
+	case isMediaType(rh.contentType, "application/json"):
 		h.resp.mode = respJSON
-	case "text/event-stream":
+	case isMediaType(rh.contentType, "text/event-stream"):
 		h.resp.mode = respSSE
 		h.resp.reader = llm.NewStreamReader(h.protocol)
 		h.resp.splicer = llm.NewSplicer(h.protocol)
@@ -90,6 +88,17 @@ func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream bool
 	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
 		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.id(), err)
 	}
+}
+
+// isMediaType reports whether a content-type value names the media type
+// lower (lowercase), without ASCII case, before any parameters.
+func isMediaType(ct, lower string) bool {
+	ct = strings.TrimLeft(ct, " \t")
+	if len(ct) < len(lower) || !equalFoldLower(ct, lower) {
+		return false
+	}
+	rest := strings.TrimLeft(ct[len(lower):], " \t")
+	return rest == "" || rest[0] == ';'
 }
 
 // responseHeaders are the response headers the filter reads: the first

@@ -971,3 +971,36 @@ func TestJSONAnswerKeepsItsLength(t *testing.T) {
 		}
 	}
 }
+
+func TestIsMediaType(t *testing.T) {
+	for _, c := range []struct {
+		ct, want string
+		ok       bool
+	}{
+		{"application/json", "application/json", true},
+		{"Application/JSON; charset=utf-8", "application/json", true},
+		{" application/json ;charset=utf-8", "application/json", true},
+		{"application/json\t", "application/json", true},
+		{"application/jsonl", "application/json", false},
+		{"application/json-seq", "application/json", false},
+		{"application/jso", "application/json", false},
+		{"", "application/json", false},
+		{"text/event-stream;charset=utf-8", "text/event-stream", true},
+		{"text/plain", "text/event-stream", false},
+	} {
+		if got := isMediaType(c.ct, c.want); got != c.ok {
+			t.Errorf("isMediaType(%q, %q) = %v, want %v", c.ct, c.want, got, c.ok)
+		}
+	}
+}
+
+func TestIs2xx(t *testing.T) {
+	for status, want := range map[string]bool{
+		"200": true, "204": true, "299": true, "199": false, "300": false,
+		"2": false, "2000": false, "2x0": false, "": false, "500": false, " 200": false,
+	} {
+		if got := is2xx(status); got != want {
+			t.Errorf("is2xx(%q) = %v, want %v", status, got, want)
+		}
+	}
+}

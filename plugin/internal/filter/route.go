@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"errors"
-
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
 )
@@ -36,7 +34,7 @@ func cachedRoute(sid string) string {
 	}
 	v, _, err := proxywasm.GetSharedData(sessionKey(keyRoute, sid))
 	if err != nil {
-		if !errors.Is(err, proxywasm.ErrNotFound) {
+		if err != proxywasm.ErrNotFound {
 			proxywasm.LogDebugf("chime: read cached route: %v", err)
 		}
 		return ""
@@ -54,7 +52,7 @@ func cacheRoute(sid, route string) {
 	if err == nil && string(old) == route {
 		return
 	}
-	if err != nil && !errors.Is(err, proxywasm.ErrNotFound) {
+	if err != nil && err != proxywasm.ErrNotFound {
 		proxywasm.LogDebugf("chime: read cached route: %v", err)
 		return
 	}

@@ -3,12 +3,12 @@ package filter
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
-	"github.com/chimehq/chime/internal/memeq"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chimehq/chime/internal/memeq"
 
 	"github.com/chimehq/chime/hostapi"
 	"github.com/chimehq/chime/plugin/proxywasm"
@@ -171,7 +171,7 @@ var lastKeys struct {
 func loadQuiet(key string) (quietEntry, uint32, bool) {
 	raw, cas, err := proxywasm.GetSharedData(key)
 	if err != nil {
-		if !errors.Is(err, proxywasm.ErrNotFound) {
+		if err != proxywasm.ErrNotFound {
 			proxywasm.LogDebugf("chime: read quiet entry: %v", err)
 		}
 		return quietEntry{}, cas, false
@@ -189,7 +189,7 @@ const maxDecodedQuiet = 1024
 func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
 	raw, _, err := proxywasm.GetSharedData(key)
 	if err != nil {
-		if !errors.Is(err, proxywasm.ErrNotFound) {
+		if err != proxywasm.ErrNotFound {
 			proxywasm.LogDebugf("chime: read quiet entry: %v", err)
 		}
 		return quietEntry{}, false
