@@ -159,9 +159,7 @@ func (r *Request) InjectRendered(tools ...RenderedTool) error {
 	if r.injected == nil {
 		r.injected = make([]injectedTool, 0, len(tools))
 	}
-	if !r.tools.ok() || r.body[r.tools.s] == 'n' {
-		r.toolList = slices.Grow(r.toolList, len(tools))
-	}
+	r.toolList = slices.Grow(r.toolList, len(tools))
 	rebuild := false
 	for _, t := range tools {
 		rebuild = r.injectOne(t.name, t.body) || rebuild
@@ -188,18 +186,14 @@ func (r *Request) injectOne(name string, body []byte) (rebuild bool) {
 		}
 		return true
 	}
-	if !r.tools.ok() || r.body[r.tools.s] == 'n' {
-		r.toolList = append(r.toolList, namedTool{name, body})
-		r.injected = append(r.injected, injectedTool{name, -1})
-		return true
-	}
 	if el := r.clientTool(name); el.ok() {
 		r.injected = append(r.injected, injectedTool{name, r.addEdit(edit{start: el.s, end: el.e, repl: body})})
 		return false
 	}
-	pos, empty := r.clientToolsEnd, r.clientToolsEmpty // arrayEnd(r.tools), found by indexTools
-	r.injected = append(r.injected, injectedTool{name, r.insertAt(pos, empty, body, 0)})
-	return false
+	// A new tool joins the others chime adds, all in one edit.
+	r.toolList = append(r.toolList, namedTool{name, body})
+	r.injected = append(r.injected, injectedTool{name, -1})
+	return true
 }
 
 // injectedEdit returns the edit of the tool chime injected as name.
@@ -212,13 +206,11 @@ func (r *Request) injectedEdit(name string) (int, bool) {
 	return 0, false
 }
 
-// rebuildToolList makes the tools array chime created: its opening in
-// repl, the tools and their commas in more (shared, not copied).
+// rebuildToolList puts the tools chime adds (toolList) in one edit: a
+// new tools member or array in place of null, their opening in repl, or
+// the end of the client's array; the tools and their commas in more
+// (shared, not copied).
 func (r *Request) rebuildToolList() {
-	open := toolsOpen
-	if !r.tools.ok() {
-		open = toolsMemberOpen
-	}
 	// A fresh list when an edit still holds the previous one; the
 	// request's own memory otherwise.
 	parts := r.parts[:0]
@@ -231,18 +223,97 @@ func (r *Request) rebuildToolList() {
 		}
 		parts = append(parts, t.body)
 	}
-	parts = append(parts, closeBracket)
+	if !r.toolsAppend() {
+		parts = append(parts, closeBracket)
+	}
 	r.parts = parts
-	if r.toolsEdit >= 0 {
-		r.edits[r.toolsEdit].more = parts
-		return
+	if r.toolsEdit < 0 {
+		r.toolsEdit = r.addToolsEdit()
 	}
-	if r.tools.ok() { // null
-		r.toolsEdit = r.addEdit(edit{start: r.tools.s, end: r.tools.e, repl: open, more: parts})
-	} else {
-		r.toolsEdit = r.insertMember(open, 0)
-		r.edits[r.toolsEdit].more = parts
+	r.edits[r.toolsEdit].more = parts
+}
+
+// toolsAppend reports whether the client's tools array takes the tools
+// chime adds: otherwise chime writes a tools array of its own.
+func (r *Request) toolsAppend() bool { return r.tools.ok() && r.body[r.tools.s] == '[' }
+
+// addToolsEdit adds the edit that the tools chime adds go in (in its
+// more): after the client's tools, in a new array in place of null, or
+// in a new tools member.
+func (r *Request) addToolsEdit() int {
+	switch {
+	case r.toolsAppend():
+		return r.insertAt(r.clientToolsEnd, r.clientToolsEmpty, nil, 0) // arrayEnd(r.tools), found by indexTools
+	case r.tools.ok(): // null
+		return r.addEdit(edit{start: r.tools.s, end: r.tools.e, repl: toolsOpen})
 	}
+	return r.insertMember(toolsMemberOpen, 0)
+}
+
+// ToolSet is tools rendered for one protocol with the pieces of the
+// tools array they make joined once: a filter that injects the same
+// tools into every request adds them with one edit and no step per
+// tool (InjectSet).
+type ToolSet struct {
+	proto    Protocol
+	tools    []RenderedTool
+	named    []namedTool    // toolList's entries
+	injected []injectedTool // injected's entries: all in toolList
+	parts    [][]byte       // the tools and their commas
+	closed   [][]byte       // parts and the closing bracket
+	unique   bool           // no name twice
+}
+
+// NewToolSet prepares tools, each rendered for p.
+func NewToolSet(p Protocol, tools ...RenderedTool) (*ToolSet, error) {
+	s := &ToolSet{proto: p, tools: slices.Clip(slices.Clone(tools)), unique: true}
+	for i, t := range tools {
+		if t.proto != p || t.body == nil {
+			return nil, fmt.Errorf("%w: tool %q rendered for %v, not %v", ErrToolSpec, t.name, t.proto, p)
+		}
+		for _, u := range tools[:i] {
+			if u.name == t.name {
+				s.unique = false
+			}
+		}
+		if i > 0 {
+			s.parts = append(s.parts, comma)
+		}
+		s.parts = append(s.parts, t.body)
+		s.named = append(s.named, namedTool{t.name, t.body})
+		s.injected = append(s.injected, injectedTool{t.name, -1})
+	}
+	s.closed = slices.Clip(append(slices.Clone(s.parts), closeBracket))
+	s.parts = slices.Clip(s.parts)
+	return s, nil
+}
+
+// Tools returns the set's tools, which the caller must not modify.
+func (s *ToolSet) Tools() []RenderedTool { return s.tools }
+
+// InjectSet is InjectRendered(s.Tools()...): into a request nothing was
+// injected into yet, with none of the set's names among the client's
+// tools, it takes the set's pieces as they are (the request keeps
+// references to them, never written).
+func (r *Request) InjectSet(s *ToolSet) error {
+	if len(s.tools) == 0 || !s.unique || s.proto != r.proto || len(r.injected) > 0 || r.toolsEdit >= 0 ||
+		(r.tools.ok() && r.body[r.tools.s] != '[' && r.body[r.tools.s] != 'n') { // not an array: InjectRendered fails
+		return r.InjectRendered(s.tools...)
+	}
+	for _, t := range s.tools {
+		if r.clientTool(t.name).ok() {
+			return r.InjectRendered(s.tools...)
+		}
+	}
+	r.toolList = append(r.toolList[:0], s.named...)
+	r.injected = append(r.injected[:0], s.injected...)
+	r.toolsEdit = r.addToolsEdit()
+	more := s.closed
+	if r.toolsAppend() {
+		more = s.parts
+	}
+	r.edits[r.toolsEdit].more = more
+	return nil
 }
 
 // The fixed pieces of a tools array chime builds; capped, so an append
