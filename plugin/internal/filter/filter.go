@@ -89,14 +89,6 @@ type pluginContext struct {
 	gen genState
 	// zones caches loaded x-chime-timezone zones (loading parses tzdata).
 	zones map[string]*time.Location
-	// decodedQuiet maps quiet entries' bytes to their decoding (skip.go);
-	// lastQuiet is the latest of them.
-	decodedQuiet map[string]quietEntry
-	lastQuiet    struct {
-		raw []byte
-		e   quietEntry
-		ok  bool
-	}
 	// tagger writes the time tags, into tagBuf (llm.TimeTagger).
 	tagger llm.TimeTagger
 	tagBuf []byte

@@ -134,38 +134,71 @@ const (
 	keyRoute
 )
 
-// keyCache memoizes the shared-data keys of recent sessions: each is a
-// prefix and the session id, a concatenation (an allocation in the
-// guest) that would otherwise run three times per request. The guest is
-// single-threaded; the map is this VM's.
-var keyCache = map[string]*[3]string{}
+// sessionMemo is what this VM remembers of a recent session: its
+// shared-data keys (each a prefix and the id, a concatenation and an
+// allocation in the guest), the quiet entry it last decoded, and a touch
+// not yet sent. One lookup per request finds them all: a proxy
+// interleaves many sessions' requests, and string keys hash slowly in
+// wasm. The guest is single-threaded; the memos are this VM's.
+type sessionMemo struct {
+	sid  string
+	keys [3]string
+	// quietRaw is the quiet entry's bytes last read, decoded as quiet.
+	quietRaw []byte
+	quiet    quietEntry
+	// touchAt is the host time of the latest request skipped since the
+	// last PathTouch, pending in touchOwner's list (nil: none pending).
+	touchAt    int64
+	touchOwner *genState
+}
 
-const maxKeyCache = 1024
+var (
+	sessions = map[string]*sessionMemo{}
+	// lastSession is the latest memo looked up: a request looks its
+	// session up several times, and a compare is cheaper than a hash.
+	lastSession *sessionMemo
+	// noSession holds the quiet entry of requests without a session id.
+	noSession = &sessionMemo{keys: [3]string{keyQuiet: quietKeyNone}}
+)
+
+const maxSessionMemos = 1024
+
+// memoOf returns session sid's memo (sid not empty).
+func memoOf(sid string) *sessionMemo {
+	if m := lastSession; m != nil && m.sid == sid {
+		return m
+	}
+	m, ok := sessions[sid]
+	if !ok {
+		m = newMemo(sid)
+	}
+	lastSession = m
+	return m
+}
+
+// newMemo adds session sid's memo, apart from memoOf: a request under
+// load runs its code cold (docs/performance.md), and most find theirs.
+//
+//go:noinline
+func newMemo(sid string) *sessionMemo {
+	if len(sessions) >= maxSessionMemos {
+		clear(sessions)
+		// Memos with a touch pending stay: each session's touch is in
+		// one memo only.
+		for _, g := range touchLists {
+			for _, t := range g.touched {
+				sessions[t.sid] = t
+			}
+		}
+	}
+	sid = strings.Clone(sid) // not a view into a header or body buffer
+	m := &sessionMemo{sid: sid, keys: [3]string{quietKeyPrefix + sid, keptKeyPrefix + sid, routeKeyPrefix + sid}}
+	sessions[sid] = m
+	return m
+}
 
 // sessionKey is the shared-data key of kind for session sid (not empty).
-func sessionKey(kind int, sid string) string {
-	if sid == lastKeys.sid && lastKeys.keys != nil {
-		return lastKeys.keys[kind]
-	}
-	k, ok := keyCache[sid]
-	if !ok {
-		if len(keyCache) >= maxKeyCache {
-			clear(keyCache)
-		}
-		sid = strings.Clone(sid) // not a view into a header or body buffer
-		k = &[3]string{quietKeyPrefix + sid, keptKeyPrefix + sid, routeKeyPrefix + sid}
-		keyCache[sid] = k
-	}
-	lastKeys.sid, lastKeys.keys = sid, k
-	return k[kind]
-}
-
-// lastKeys is the session of the latest sessionKey: most requests in a
-// row are one session's, and a compare is cheaper than a string hash.
-var lastKeys struct {
-	sid  string
-	keys *[3]string
-}
+func sessionKey(kind int, sid string) string { return memoOf(sid).keys[kind] }
 
 // loadQuiet reads a session's entry and its CAS token.
 func loadQuiet(key string) (quietEntry, uint32, bool) {
@@ -180,47 +213,40 @@ func loadQuiet(key string) (quietEntry, uint32, bool) {
 	return e, cas, ok
 }
 
-// maxDecodedQuiet bounds the VM's cache of decoded quiet entries.
-const maxDecodedQuiet = 1024
-
-// loadQuietCached is loadQuiet for the request path: an entry whose bytes
-// this VM decoded before is not decoded again (its tools slice is shared
-// and never written).
-func (p *pluginContext) loadQuietCached(key string) (quietEntry, bool) {
-	raw, _, err := proxywasm.GetSharedData(key)
+// loadQuietCached is loadQuiet for the request path, from m's key: an
+// entry whose bytes this VM decoded before for the session is not
+// decoded again (its tools slice is shared and never written).
+func loadQuietCached(m *sessionMemo) (quietEntry, bool) {
+	raw, _, err := proxywasm.GetSharedData(m.keys[keyQuiet])
 	if err != nil {
 		if err != proxywasm.ErrNotFound {
 			proxywasm.LogDebugf("chime: read quiet entry: %v", err)
 		}
 		return quietEntry{}, false
 	}
-	// The bytes are only read here (the decoding holds copies): the
-	// buffer goes back for the next read.
+	// The bytes are only read here (the memo keeps a copy): the buffer
+	// goes back for the next read.
 	defer proxywasm.RecycleBuffer(raw)
-	if p.lastQuiet.ok && memeq.Equal(raw, p.lastQuiet.raw) {
-		return p.lastQuiet.e, true
+	if m.quietRaw != nil && memeq.Equal(raw, m.quietRaw) {
+		return m.quiet, true
 	}
-	if e, ok := p.decodedQuiet[string(raw)]; ok {
-		p.rememberQuiet(raw, e)
-		return e, true
-	}
-	e, ok := decodeQuietEntry(raw)
-	if !ok {
-		return quietEntry{}, false
-	}
-	if p.decodedQuiet == nil || len(p.decodedQuiet) >= maxDecodedQuiet {
-		p.decodedQuiet = make(map[string]quietEntry)
-	}
-	p.decodedQuiet[string(raw)] = e
-	p.rememberQuiet(raw, e)
-	return e, true
+	return m.decodeQuiet(raw)
 }
 
-// rememberQuiet keeps the latest entry read and its bytes, checked
-// before decodedQuiet: a compare instead of a string hash.
-func (p *pluginContext) rememberQuiet(raw []byte, e quietEntry) {
-	p.lastQuiet.raw = append(p.lastQuiet.raw[:0], raw...)
-	p.lastQuiet.e, p.lastQuiet.ok = e, true
+// decodeQuiet decodes raw into the memo, apart from loadQuietCached:
+// most requests find the entry decoded, and a request under load runs
+// its code cold (docs/performance.md).
+//
+//go:noinline
+func (m *sessionMemo) decodeQuiet(raw []byte) (quietEntry, bool) {
+	e, ok := decodeQuietEntry(raw)
+	if !ok {
+		m.quietRaw = nil
+		return quietEntry{}, false
+	}
+	m.quietRaw = append(m.quietRaw[:0], raw...)
+	m.quiet = e
+	return e, true
 }
 
 // storeQuiet records e for sid unless the entry there is of a later
@@ -276,15 +302,19 @@ type genState struct {
 	anchor    time.Time // send time of the poll that last confirmed known; zero = not trusted
 	polling   bool      // a poll is outstanding
 	pollStart time.Time
-	touches   map[string]int64 // session → host time of its latest skipped request
-	// lastTouch is the latest touch, kept out of touches until another
-	// session's comes: one session's run of requests costs no map write
-	// each (string keys hash slowly in wasm).
-	lastTouch struct {
-		sid string
-		at  int64
-	}
+	// touched are the memos of the sessions seen without a prepare since
+	// the last PathTouch, each with its latest time (touchAt) and once.
+	touched []*sessionMemo
+	// touches holds the touches of sessions whose memo has one pending
+	// for another root context of this VM (two chime filters sharing a
+	// VM and a session): session → host time.
+	touches map[string]int64
+	listed  bool // in touchLists
 }
+
+// touchLists are the genStates with touches pending: memoOf keeps their
+// memos when it clears the others.
+var touchLists = map[*genState]*genState{}
 
 func newInstanceID() string {
 	var b [8]byte
@@ -352,11 +382,16 @@ func (p *pluginContext) quietFor(sid string, now time.Time) (quietEntry, bool) {
 		}
 		return quietEntry{}, false
 	}
-	key := quietKey(sid)
-	if key == "" {
-		return quietEntry{}, false
+	var m *sessionMemo
+	switch {
+	case sid == "":
+		m = noSession
+	case len(sid) > maxQuietSessionLen:
+		return quietEntry{}, false // no entry (quietKey)
+	default:
+		m = memoOf(sid)
 	}
-	e, ok := p.loadQuietCached(key)
+	e, ok := loadQuietCached(m)
 	ms := now.UnixMilli()
 	if !ok || e.gen != p.gen.known || ms >= e.until || ms < e.created {
 		return quietEntry{}, false
@@ -405,44 +440,93 @@ func (h *httpContext) skip(e quietEntry, now time.Time) {
 func (p *pluginContext) noteTouch(sid string, now time.Time) {
 	g := &p.gen
 	at := now.UnixMilli() + p.ntpOffsetMs
-	if g.lastTouch.sid == sid {
-		g.lastTouch.at = at
-		return
+	m := memoOf(sid)
+	switch m.touchOwner {
+	case g: // most requests: the session's touch is pending
+		m.touchAt = at
+	case nil:
+		g.addTouch(m, at)
+	default:
+		g.noteOtherTouch(sid, at)
 	}
-	g.commitTouch()
-	g.lastTouch.sid, g.lastTouch.at = sid, at
 }
 
-// commitTouch moves lastTouch into touches.
-func (g *genState) commitTouch() {
-	sid := g.lastTouch.sid
-	if sid == "" {
-		return
+// addTouch makes m's touch g's (once per session between PathTouches).
+//
+//go:noinline
+func (g *genState) addTouch(m *sessionMemo, at int64) {
+	if len(g.touches) > 0 {
+		delete(g.touches, m.sid) // now in the memo
 	}
-	g.lastTouch.sid = ""
+	if len(g.touched)+len(g.touches) >= maxTouches {
+		return // the host hears of it with the session's next prepare
+	}
+	m.touchAt, m.touchOwner = at, g
+	g.touched = append(g.touched, m)
+	g.listTouches()
+}
+
+// noteOtherTouch records a touch of a session whose memo holds another
+// root context's (rare: kept out of noteTouch).
+//
+//go:noinline
+func (g *genState) noteOtherTouch(sid string, at int64) {
 	if g.touches == nil {
 		g.touches = map[string]int64{}
 	}
-	if _, ok := g.touches[sid]; !ok && len(g.touches) >= maxTouches {
-		return // the host hears of it with the session's next prepare
+	if _, ok := g.touches[sid]; !ok && len(g.touched)+len(g.touches) >= maxTouches {
+		return
 	}
-	g.touches[sid] = g.lastTouch.at
+	g.touches[sid] = at
+	g.listTouches()
+}
+
+// listTouches puts g in touchLists (memoOf keeps its memos).
+func (g *genState) listTouches() {
+	if !g.listed {
+		touchLists[g], g.listed = g, true
+	}
+}
+
+// dropTouches forgets g's pending touches (its root context is done):
+// their memos take other root contexts' touches again.
+func (g *genState) dropTouches() {
+	for _, m := range g.touched {
+		m.touchAt, m.touchOwner = 0, nil
+	}
+	g.touched, g.touches = nil, nil
+	delete(touchLists, g)
+	g.listed = false
 }
 
 // flushTouches sends the sessions seen without a prepare (the tick).
 func (p *pluginContext) flushTouches() {
 	g := &p.gen
-	g.commitTouch()
-	if len(g.touches) == 0 {
+	n := len(g.touched) + len(g.touches)
+	if n == 0 {
 		return
 	}
-	req := hostapi.TouchRequest{Sessions: make([]hostapi.SessionTouch, 0, min(len(g.touches), hostapi.MaxTouchSessions))}
+	req := hostapi.TouchRequest{Sessions: make([]hostapi.SessionTouch, 0, min(n, hostapi.MaxTouchSessions))}
+	sent := 0
+	for _, m := range g.touched {
+		if len(req.Sessions) == hostapi.MaxTouchSessions {
+			break
+		}
+		req.Sessions = append(req.Sessions, hostapi.SessionTouch{SessionID: m.sid, AtMs: m.touchAt})
+		m.touchAt, m.touchOwner = 0, nil
+		sent++
+	}
+	g.touched = append(g.touched[:0], g.touched[sent:]...)
 	for sid, at := range g.touches {
 		if len(req.Sessions) == hostapi.MaxTouchSessions {
 			break
 		}
 		req.Sessions = append(req.Sessions, hostapi.SessionTouch{SessionID: sid, AtMs: at})
 		delete(g.touches, sid)
+	}
+	if len(g.touched)+len(g.touches) == 0 {
+		delete(touchLists, g)
+		g.listed = false
 	}
 	body := encodeTouches(req)
 	if err := p.callHost(hostapi.PathTouch, body, backgroundTimeoutMs, func(numHeaders, bodySize, _ int) {

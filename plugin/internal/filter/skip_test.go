@@ -314,28 +314,74 @@ func TestKeptDirectiveEndsTheQuietWindow(t *testing.T) {
 	nextCarries(kept)
 }
 
-// noteTouch keeps a session's run of requests out of the map until
-// another session's comes; what reaches the map is each session's latest
-// time, and the cap holds for sessions new to it.
+// pendingTouches is what g's next PathTouch would carry, by session.
+func pendingTouches(g *genState) map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range g.touched {
+		if m.touchOwner != g {
+			panic("a listed memo owned by another root context")
+		}
+		if _, dup := out[m.sid]; dup {
+			panic("a session listed twice: " + m.sid)
+		}
+		out[m.sid] = m.touchAt
+	}
+	for sid, at := range g.touches {
+		if _, dup := out[sid]; dup {
+			panic("a session both listed and in the map: " + sid)
+		}
+		out[sid] = at
+	}
+	return out
+}
+
+// noteTouch keeps each session's latest time once, within the cap, across
+// a clearing of the memos and for two root contexts sharing a session;
+// a root context that is done lets go of its touches.
 func TestNoteTouchKeepsLatest(t *testing.T) {
+	clear(sessions)
+	lastSession = nil
 	p := &pluginContext{}
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
 	p.noteTouch("a", at(1))
 	p.noteTouch("a", at(2))
 	p.noteTouch("b", at(3))
-	p.noteTouch("a", at(4))
 	p.noteTouch("a", at(5))
-	p.gen.commitTouch()
-	if got := p.gen.touches; len(got) != 2 || got["a"] != 5 || got["b"] != 3 {
+	if got := pendingTouches(&p.gen); len(got) != 2 || got["a"] != 5 || got["b"] != 3 {
 		t.Fatalf("touches = %v, want a:5 b:3", got)
 	}
-	for i := len(p.gen.touches); i < maxTouches; i++ {
-		p.noteTouch(fmt.Sprint("s", i), at(6))
+	// Another root context of the VM, the same session.
+	q := &pluginContext{}
+	q.noteTouch("a", at(6))
+	q.noteTouch("a", at(7))
+	if got := pendingTouches(&q.gen); len(got) != 1 || got["a"] != 7 {
+		t.Fatalf("second root context: touches = %v, want a:7", got)
 	}
-	p.noteTouch("over", at(7))
-	p.noteTouch("b", at(8)) // commits "over", which the cap drops
-	p.gen.commitTouch()
-	if _, ok := p.gen.touches["over"]; ok || len(p.gen.touches) != maxTouches || p.gen.touches["b"] != 8 {
-		t.Fatalf("past the cap: %d touches, over present %v, b = %d", len(p.gen.touches), ok, p.gen.touches["b"])
+	// Clearing the memos keeps those with a touch pending.
+	for i := range maxSessionMemos + 1 {
+		memoOf(fmt.Sprint("m", i))
+	}
+	p.noteTouch("a", at(8))
+	p.noteTouch("b", at(9))
+	if got := pendingTouches(&p.gen); len(got) != 2 || got["a"] != 8 || got["b"] != 9 {
+		t.Fatalf("after clearing the memos: touches = %v, want a:8 b:9", got)
+	}
+	for i := len(pendingTouches(&p.gen)); i < maxTouches; i++ {
+		p.noteTouch(fmt.Sprint("s", i), at(10))
+	}
+	p.noteTouch("over", at(11))
+	p.noteTouch("b", at(12))
+	if got := pendingTouches(&p.gen); len(got) != maxTouches || got["b"] != 12 {
+		t.Fatalf("past the cap: %d touches, b = %d", len(got), got["b"])
+	} else if _, ok := got["over"]; ok {
+		t.Fatal("past the cap: a new session's touch was kept")
+	}
+	p.OnPluginDone()
+	if len(pendingTouches(&p.gen)) != 0 || memoOf("a").touchOwner != nil {
+		t.Fatal("a done root context keeps its touches")
+	}
+	q.noteTouch("a", at(13))
+	if got := pendingTouches(&q.gen); len(got) != 1 || got["a"] != 13 || len(q.gen.touched) != 1 {
+		t.Fatalf("second root context after the first is done: touches = %v, in its memo %d", got, len(q.gen.touched))
 	}
 }

@@ -10,6 +10,13 @@ import (
 // OnTick refreshes the NTP offset from the host (docs/time.md#ntp), so a request
 // that fails open still gets a corrected time tag. A host that is down is
 // counted, logged at debug, and asked again next tick.
+// OnPluginDone lets go of the touches this root context has not sent:
+// the memos holding them serve the root contexts that stay.
+func (p *pluginContext) OnPluginDone() bool {
+	p.gen.dropTouches()
+	return true
+}
+
 func (p *pluginContext) OnTick() {
 	now := p.now()
 	p.reportFailOpen(now)
