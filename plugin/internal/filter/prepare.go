@@ -196,15 +196,12 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	if p.cfg.TimeTag {
 		p.tagBuf = p.tagger.Append(p.tagBuf[:0], now, h.zone, p.ntpOffsetMs)
 		if err := req.AppendUserText(string(p.tagBuf)); err != nil {
-			proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.id(), err)
+			h.logNotAdded("time tag", err)
 		}
 	}
 	remindersDelivered = true
 	if ans != nil && ans.Reminders != "" {
-		if err := req.AppendUserText(ans.Reminders); err != nil {
-			proxywasm.LogWarnf("chime: request %s: reminders not added: %v", h.id(), err)
-			remindersDelivered = false
-		}
+		remindersDelivered = h.addReminders(req, ans.Reminders)
 	}
 	if !req.Edited() {
 		h.sentBody = req.Bytes()
@@ -214,11 +211,38 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	out := req.AppendBytes(proxywasm.BodyBuffer(req.Size()))
 	h.bodyOut = out
 	if err := proxywasm.ReplaceHttpRequestBody(out); err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.id(), err)
+		h.logNotAdded("body", err)
 		return false
 	}
 	h.sentBody = out // the response path hands it to resolve
 	return remindersDelivered
+}
+
+// addReminders appends the reminders the host delivers with a prepare
+// answer (most answers have none: apart from rewriteAt, see bodyUnread).
+//
+//go:noinline
+func (h *httpContext) addReminders(req *llm.Request, reminders string) bool {
+	if err := req.AppendUserText(reminders); err != nil {
+		h.logNotAdded("reminders", err)
+		return false
+	}
+	return true
+}
+
+// logNotAdded logs a failed step of rewriteAt: a body the host cannot
+// take is a warning, a time tag a request has no room for is not.
+//
+//go:noinline
+func (h *httpContext) logNotAdded(what string, err error) {
+	switch what {
+	case "time tag":
+		proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.id(), err)
+	case "body":
+		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.id(), err)
+	default:
+		proxywasm.LogWarnf("chime: request %s: %s not added: %v", h.id(), what, err)
+	}
 }
 
 // injectTools adds the schemas of the server tools the host enabled and
@@ -226,32 +250,47 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 // calls are withheld from the client.
 func (h *httpContext) injectTools(req *llm.Request, names []string) {
 	plan := h.plugin.toolPlanFor(h.protocol, names)
-	specs, injected := plan.specs, plan.injected
+	injected := plan.injected
+	var err error
+	switch {
+	case len(plan.specs) == 0:
 	// A plan holds only injectable tools; when the request's own tools
 	// hide none of those (h.serverTools is then the shared injectableAll),
 	// they hide none of the plan's either.
-	if !sameList(h.serverTools, h.plugin.injectableAll) &&
-		slices.ContainsFunc(plan.specs, func(t llm.RenderedTool) bool { return req.HasToolNamed(t.Name()) }) {
-		// The client has a tool of such a name: its calls are the
-		// client's, and its schema stays. Rare, so the lists are built.
-		specs, injected = nil, nil
-		for _, spec := range plan.specs {
-			if req.HasToolNamed(spec.Name()) {
-				proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.id(), spec.Name())
-				continue
-			}
-			specs = append(specs, spec)
-			injected = append(injected, spec.Name())
-		}
-		slices.Sort(injected)
+	case sameList(h.serverTools, h.plugin.injectableAll) ||
+		!slices.ContainsFunc(plan.specs, func(t llm.RenderedTool) bool { return req.HasToolNamed(t.Name()) }):
+		err = req.InjectSet(plan.set) // pieces joined once, for every request
+	default:
+		injected, err = h.injectUnhidden(req, plan)
 	}
-	if len(specs) > 0 {
-		if err := req.InjectRendered(specs...); err != nil {
-			proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.id(), err)
-			return
-		}
+	if err != nil {
+		proxywasm.LogDebugf("chime: request %s: tools not injected: %v", h.id(), err)
+		return
 	}
 	h.serverTools = injected // the plan's when nothing was hidden: shared, never written
+}
+
+// injectUnhidden injects the plan's tools but those the client has a tool
+// of the same name of: that tool's calls are the client's, and its
+// schema stays. Rare, so the lists are built (and kept out of
+// injectTools, whose code every request runs).
+//
+//go:noinline
+func (h *httpContext) injectUnhidden(req *llm.Request, plan *toolPlan) (injected []string, err error) {
+	var specs []llm.RenderedTool
+	for _, spec := range plan.specs {
+		if req.HasToolNamed(spec.Name()) {
+			proxywasm.LogDebugf("chime: request %s: the client's own tool %q hides the server tool", h.id(), spec.Name())
+			continue
+		}
+		specs = append(specs, spec)
+		injected = append(injected, spec.Name())
+	}
+	slices.Sort(injected)
+	if len(specs) > 0 {
+		err = req.InjectRendered(specs...)
+	}
+	return injected, err
 }
 
 // sameList reports whether a and b are the same slice, not merely equal.
@@ -266,7 +305,8 @@ func sameList(a, b []string) bool {
 type toolPlan struct {
 	names    []string
 	specs    []llm.RenderedTool
-	injected []string // never written: shared by the requests
+	set      *llm.ToolSet // specs, for InjectSet
+	injected []string     // never written: shared by the requests
 }
 
 func (p *pluginContext) toolPlanFor(proto llm.Protocol, names []string) *toolPlan {
@@ -276,6 +316,17 @@ func (p *pluginContext) toolPlanFor(proto llm.Protocol, names []string) *toolPla
 	if plan := p.toolPlans[proto]; plan != nil && slices.Equal(plan.names, names) {
 		return plan
 	}
+	plan := p.newToolPlan(proto, names)
+	p.toolPlans[proto] = plan
+	return plan
+}
+
+// newToolPlan makes the plan of names, outside toolPlanFor: a request
+// under load runs its code cold, and nearly every request finds the plan
+// made (docs/performance.md).
+//
+//go:noinline
+func (p *pluginContext) newToolPlan(proto llm.Protocol, names []string) *toolPlan {
 	plan := &toolPlan{names: slices.Clone(names)}
 	for _, name := range names {
 		spec, ok := renderedTools[proto][name]
@@ -293,7 +344,12 @@ func (p *pluginContext) toolPlanFor(proto llm.Protocol, names []string) *toolPla
 	if slices.Equal(plan.injected, p.injectableAll) {
 		plan.injected = p.injectableAll
 	}
-	p.toolPlans[proto] = plan
+	set, err := llm.NewToolSet(proto, plan.specs...)
+	if err != nil { // the rendered tools are proto's: cannot happen
+		proxywasm.LogWarnf("chime: tool set: %v", err)
+		set, _ = llm.NewToolSet(proto)
+	}
+	plan.set = set
 	return plan
 }
 
