@@ -147,6 +147,7 @@ func chimeFilter(b *testing.B, code string, req benchRequest) (*Factory, func(*c
 		sessions[i] = fmt.Sprintf("bench-%d", i)
 	}
 	next := 0
+	respLength := strconv.Itoa(len(req.respBody))
 	send := func(laps *callbackTimes) (skipped bool) {
 		fs := newFakeStream(nil, 0)
 		sid := sessions[next%len(sessions)]
@@ -167,6 +168,9 @@ func chimeFilter(b *testing.B, code string, req benchRequest) (*Factory, func(*c
 		skipped = flt.DecodeData(reqBody, true) == httpfilter.DataContinue
 		laps.lap(cbRequestBody)
 		fs.resp = httpfilter.Headers{{Key: ":status", Value: "200"}, {Key: "content-type", Value: req.respType}}
+		if req.respType == "application/json" { // as net/http sends a body written at once
+			fs.resp = append(fs.resp, httpfilter.Header{Key: "content-length", Value: respLength})
+		}
 		flt.EncodeHeaders(&fs.resp, false)
 		laps.lap(cbResponseHeaders)
 		flt.EncodeData(respBody, true)

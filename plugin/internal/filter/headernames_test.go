@@ -66,8 +66,8 @@ func TestReadResponseHeaders(t *testing.T) {
 		status, _ := lookup(hs, ":status")
 		ct, _ := lookup(hs, "content-type")
 		enc, _ := lookup(hs, "content-encoding")
-		_, hasLength := lookup(hs, "content-length")
-		if want := (responseHeaders{status, ct, enc, hasLength}); got != want {
+		length, hasLength := lookup(hs, "content-length")
+		if want := (responseHeaders{status, ct, enc, length, hasLength}); got != want {
 			t.Fatalf("headers %q: got %+v, want %+v", hs, got, want)
 		}
 	}

@@ -30,7 +30,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 			path = hostapi.PathCommit
 		}
 		h.outcomeSent = true
-		h.startResponse(&rh, ok, endOfStream)
+		h.startResponse(&rh, ok, endOfStream, false)
 		if h.plugin.reportOutcome(path, h.id(), h.plugin.cfg.PrepareTimeoutMs, func() {
 			h.outcomePending = false
 			if !h.streamDone {
@@ -42,7 +42,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) proxywasm.A
 		}
 		return proxywasm.ActionContinue
 	}
-	h.startResponse(&rh, ok, endOfStream)
+	h.startResponse(&rh, ok, endOfStream, h.plugin.cfg.AllowOnHeadersStopIteration)
 	if h.resp.mode == respJSON && h.plugin.cfg.AllowOnHeadersStopIteration {
 		// The answer is buffered to its end before a byte of it goes on:
 		// its headers wait for it too, and leave with its length

@@ -53,6 +53,10 @@ type response struct {
 	// headersHeld: the headers of a JSON answer wait for its end
 	// (OnHttpResponseHeaders), to leave with its content-length.
 	headersHeld bool
+	// length is the content-length the held headers carry, when
+	// hasLength: the upstream's, kept as long as the answer is unchanged.
+	length    int
+	hasLength bool
 
 	pending   bool // a resolve call is in flight
 	cancelled bool // the host was told to cancel it
@@ -61,23 +65,20 @@ type response struct {
 // startResponse picks how to watch the response once its headers are in:
 // only 2xx, uncompressed JSON or SSE answers to a request the filter
 // forwarded itself. The body may change, so content-length goes.
-func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream bool) {
+func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream, hold bool) {
 	if !ok2xx || endOfStream || h.sentBody == nil {
 		h.sentBody = nil
 		return
 	}
 	if enc := rh.encoding; enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
-		proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.id(), enc)
-		h.sentBody = nil
+		h.passEncoded(enc)
 		return
 	}
 	switch {
 	case isMediaType(rh.contentType, "application/json"):
 		h.resp.mode = respJSON
 	case isMediaType(rh.contentType, "text/event-stream"):
-		h.resp.mode = respSSE
-		h.resp.reader = llm.NewStreamReader(h.protocol)
-		h.resp.splicer = llm.NewSplicer(h.protocol)
+		h.startStream()
 	default:
 		h.sentBody = nil
 		return
@@ -85,9 +86,46 @@ func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream bool
 	if !rh.hasLength {
 		return // absent: no host call
 	}
+	if hold && h.resp.mode == respJSON {
+		// The headers wait for the answer's end (headersHeld): its
+		// length stays unless the answer changes (setLength).
+		h.resp.length, h.resp.hasLength = parseLength(rh.length)
+		return
+	}
 	if err := proxywasm.RemoveHttpResponseHeader("content-length"); err != nil {
 		proxywasm.LogDebugf("chime: request %s: remove response content-length: %v", h.id(), err)
 	}
+}
+
+//go:noinline
+func (h *httpContext) passEncoded(enc string) {
+	proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.id(), enc)
+	h.sentBody = nil
+}
+
+// startStream watches an SSE answer.
+//
+//go:noinline
+func (h *httpContext) startStream() {
+	h.resp.mode = respSSE
+	h.resp.reader = llm.NewStreamReader(h.protocol)
+	h.resp.splicer = llm.NewSplicer(h.protocol)
+}
+
+// parseLength reads a content-length value; false when it is not one
+// (setLength then writes the right one).
+func parseLength(v string) (int, bool) {
+	if v == "" || len(v) > 15 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if !isDigit(v[i]) {
+			return 0, false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n, true
 }
 
 // isMediaType reports whether a content-type value names the media type
@@ -104,8 +142,8 @@ func isMediaType(ct, lower string) bool {
 // responseHeaders are the response headers the filter reads: the first
 // value of each, names compared without ASCII case.
 type responseHeaders struct {
-	status, contentType, encoding string
-	hasLength                     bool
+	status, contentType, encoding, length string
+	hasLength                             bool
 }
 
 // responseHeaderNames are the names readResponseHeaders looks for, in
@@ -123,7 +161,7 @@ func readResponseHeaders(headers [][2]string) responseHeaders {
 			}
 		}
 	}
-	return responseHeaders{status: vals[0], contentType: vals[1], encoding: vals[2], hasLength: seen[3]}
+	return responseHeaders{status: vals[0], contentType: vals[1], encoding: vals[2], length: vals[3], hasLength: seen[3]}
 }
 
 // OnHttpResponseBody is docs/architecture.md#response-path.
@@ -175,15 +213,32 @@ func (h *httpContext) jsonBody(size int, endOfStream bool) proxywasm.Action {
 		// Nothing to resolve or withhold: the answer passes as is, so
 		// there is no need to parse it, unless it completes a template.
 		if h.wantTemplate {
-			if turn, err := llm.ParseResponse(h.protocol, body); err == nil {
-				r.orig = turn
-				h.sendTemplate()
-			}
+			h.templateOf(body)
 		} else {
 			proxywasm.RecycleBuffer(body) // read only here
 		}
 		return proxywasm.ActionContinue
 	}
+	return h.jsonTurn(body)
+}
+
+// templateOf sends the answer body as the session's wake template.
+//
+//go:noinline
+func (h *httpContext) templateOf(body []byte) {
+	if turn, err := llm.ParseResponse(h.protocol, body); err == nil {
+		h.resp.orig = turn
+		h.sendTemplate()
+	}
+}
+
+// jsonTurn parses an answer that may call a server tool or be worth a
+// continuation, and resolves or passes it: most answers need neither,
+// so this is apart from jsonBody (see bodyUnread).
+//
+//go:noinline
+func (h *httpContext) jsonTurn(body []byte) proxywasm.Action {
+	r := &h.resp
 	turn, err := llm.ParseResponse(h.protocol, body)
 	if err != nil {
 		proxywasm.LogDebugf("chime: request %s: response passes untouched: %v", h.id(), err)
@@ -233,15 +288,36 @@ func mayNameServerTool(body []byte, names []string) bool {
 	if len(names) == 0 {
 		return false
 	}
-	if bytes.Contains(body, []byte(`\u`)) {
+	if contains(body, `\u`) {
 		return true
 	}
 	for _, name := range names {
-		if bytes.Contains(body, []byte(name)) {
+		if contains(body, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// contains is bytes.Contains for the short needles mayNameServerTool
+// looks for, as a loop over IndexByte: bytes.Index's general code is
+// several times the size, and a request under load runs it cold
+// (docs/performance.md). The needles are a few bytes, so a byte that
+// starts one often costs a compare of a few bytes.
+func contains(body []byte, needle string) bool {
+	if needle == "" {
+		return true
+	}
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(body[i:], needle[0])
+		if j < 0 || len(body)-i-j < len(needle) {
+			return false
+		}
+		i += j
+		if string(body[i:i+len(needle)]) == needle {
+			return true
+		}
+	}
 }
 
 // sseBody forwards each complete event at once, except from the first
@@ -611,10 +687,13 @@ func (h *httpContext) replaceResponse(b []byte) {
 // setLength gives held headers (headersHeld) the content-length of the
 // whole answer as it will leave.
 func (h *httpContext) setLength(n int) {
-	if !h.resp.headersHeld || h.resp.reader != nil {
-		return
+	r := &h.resp
+	if !r.headersHeld || r.reader != nil || r.hasLength && r.length == n {
+		return // not held, or the length they carry is right
 	}
 	if err := proxywasm.ReplaceHttpResponseHeader("content-length", strconv.Itoa(n)); err != nil {
 		proxywasm.LogDebugf("chime: request %s: set response content-length: %v", h.id(), err)
+		return
 	}
+	r.length, r.hasLength = n, true
 }

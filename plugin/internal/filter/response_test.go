@@ -918,54 +918,70 @@ func TestNeedlesFindWhatNamesFind(t *testing.T) {
 // allowOnHeadersStopIteration its headers wait for it too and leave with
 // its length (content-length of the bytes that go out, spliced or not)
 // instead of a chunked body; SSE headers, and any headers without the
-// option, go on at once without a length.
+// option, go on at once without a length. Held headers whose length is
+// right keep it as it came, without a header write.
 func TestJSONAnswerKeepsItsLength(t *testing.T) {
 	for _, p := range protocols {
 		for _, hold := range []bool{false, true} {
 			for _, sse := range modes() {
 				for _, turn := range []*llm.Turn{stopTurn, serverTurn} {
-					name := fmt.Sprintf("%s/hold=%v/%s", modeName(p, sse), hold, turn.ID)
-					t.Run(name, func(t *testing.T) {
-						e := newRespEnv(t, fmt.Sprintf(`{"token":"tok","allowOnHeadersStopIteration":%v}`, hold))
-						id := e.h.InitializeHttpContext()
-						e.h.CallOnRequestHeaders(id, reqHeaders(p, [2]string{"x-session-id", "s-1"}), false) // held for the route with the option
-						e.h.CallOnRequestBody(id, []byte(requestBody(p, sse)), true)
-						e.answer(hostapi.PrepareResponse{Tools: []string{"clock"}, NTP: ntp(0)})
-						r := &rig{env: e, p: p, sse: sse, id: id}
-						ct := "application/json"
-						if sse {
-							ct = "text/event-stream"
-						}
-						held := hold && !sse
-						want := proxywasm.ActionContinue
-						if held {
-							want = proxywasm.ActionPause
-						}
-						if got := e.h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", ct}, {"content-length", "77"}}, false); got != want {
-							t.Fatalf("response headers action %v, want %v", got, want)
-						}
-						body := r.upstream(turn)
-						action := r.feed(body, nil)
-						if turn == serverTurn {
-							if action != proxywasm.ActionPause {
-								t.Fatalf("end of stream action %v, want Pause while resolving", action)
+					for _, upstreamLength := range []string{"wrong", "right", "padded", "none"} {
+						name := fmt.Sprintf("%s/hold=%v/%s/%s", modeName(p, sse), hold, turn.ID, upstreamLength)
+						t.Run(name, func(t *testing.T) {
+							e := newRespEnv(t, fmt.Sprintf(`{"token":"tok","allowOnHeadersStopIteration":%v}`, hold))
+							id := e.h.InitializeHttpContext()
+							e.h.CallOnRequestHeaders(id, reqHeaders(p, [2]string{"x-session-id", "s-1"}), false) // held for the route with the option
+							e.h.CallOnRequestBody(id, []byte(requestBody(p, sse)), true)
+							e.answer(hostapi.PrepareResponse{Tools: []string{"clock"}, NTP: ntp(0)})
+							r := &rig{env: e, p: p, sse: sse, id: id}
+							ct := "application/json"
+							if sse {
+								ct = "text/event-stream"
 							}
-							r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
-						} else if action != proxywasm.ActionContinue {
-							t.Fatalf("end of stream action %v", action)
-						}
-						out := r.out()
-						if turn == stopTurn && !bytes.Equal(out, body) {
-							t.Fatalf("a plain answer changed:\n%s\n%s", out, body)
-						}
-						cl, ok := header(e.h.GetResponseHeaders(id), "content-length")
-						switch {
-						case held && (!ok || cl != strconv.Itoa(len(out))):
-							t.Fatalf("content-length %q (set %v), want %d", cl, ok, len(out))
-						case !held && ok:
-							t.Fatalf("content-length %q on headers that went on before the body", cl)
-						}
-					})
+							held := hold && !sse
+							want := proxywasm.ActionContinue
+							if held {
+								want = proxywasm.ActionPause
+							}
+							body := r.upstream(turn)
+							headers := [][2]string{{":status", "200"}, {"content-type", ct}}
+							switch upstreamLength {
+							case "wrong":
+								headers = append(headers, [2]string{"content-length", "77"})
+							case "right":
+								headers = append(headers, [2]string{"content-length", strconv.Itoa(len(body))})
+							case "padded": // the same length, written otherwise: a rewrite would show
+								headers = append(headers, [2]string{"content-length", "0" + strconv.Itoa(len(body))})
+							}
+							if got := e.h.CallOnResponseHeaders(id, headers, false); got != want {
+								t.Fatalf("response headers action %v, want %v", got, want)
+							}
+							action := r.feed(body, nil)
+							if turn == serverTurn {
+								if action != proxywasm.ActionPause {
+									t.Fatalf("end of stream action %v, want Pause while resolving", action)
+								}
+								r.answerResolve(hostapi.ResolveResponse{Continued: true, Continuation: contTurn, Reason: "done", Hops: 1})
+							} else if action != proxywasm.ActionContinue {
+								t.Fatalf("end of stream action %v", action)
+							}
+							out := r.out()
+							if turn == stopTurn && !bytes.Equal(out, body) {
+								t.Fatalf("a plain answer changed:\n%s\n%s", out, body)
+							}
+							cl, ok := header(e.h.GetResponseHeaders(id), "content-length")
+							wantLength := strconv.Itoa(len(out))
+							if upstreamLength == "padded" && bytes.Equal(out, body) {
+								wantLength = "0" + wantLength // the answer as it came: its headers untouched
+							}
+							switch {
+							case held && (!ok || cl != wantLength):
+								t.Fatalf("content-length %q (set %v), want %s", cl, ok, wantLength)
+							case !held && ok:
+								t.Fatalf("content-length %q on headers that went on before the body", cl)
+							}
+						})
+					}
 				}
 			}
 		}
@@ -1003,4 +1019,17 @@ func TestIs2xx(t *testing.T) {
 			t.Errorf("is2xx(%q) = %v, want %v", status, got, want)
 		}
 	}
+}
+
+// FuzzContains: contains is bytes.Contains.
+func FuzzContains(f *testing.F) {
+	for _, c := range [][2]string{{"", ""}, {"abc", ""}, {"", "a"}, {"clock", "clock"}, {"cloc", "clock"},
+		{`{"name":"read_timer"}`, "timer"}, {`cccclock`, "clock"}, {`\\u0063`, `\u`}, {"aab", "ab"}} {
+		f.Add([]byte(c[0]), c[1])
+	}
+	f.Fuzz(func(t *testing.T, body []byte, needle string) {
+		if got, want := contains(body, needle), bytes.Contains(body, []byte(needle)); got != want {
+			t.Fatalf("contains(%q, %q) = %v, want %v", body, needle, got, want)
+		}
+	})
 }
