@@ -83,13 +83,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	// the VM and a copy into guest memory, and most requests are POSTs.
 	headers, err := proxywasm.GetHttpRequestHeaders()
 	if err != nil {
-		// Only an LLM request is counted and worth the warning.
-		method, _ := proxywasm.GetHttpRequestHeader(":method")
-		if path, _ := proxywasm.GetHttpRequestHeader(":path"); method == "POST" && llm.DetectProtocol(path) != llm.Unknown {
-			h.plugin.requests.inc()
-			proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
-		}
-		return proxywasm.ActionContinue
+		return h.headersUnread(err)
 	}
 	// One pass over the headers (names arrive lowercase from Envoy; the
 	// fold covers a host that keeps the client's case).
@@ -140,14 +134,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	p.requests.inc()
 
 	if hasMarker {
-		// The marker is ours alone: it never reaches the provider.
-		if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
-			proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
+		if action, followup := h.takeMarker(marker); followup {
+			return action
 		}
-		if id, ok := hostapi.VerifyFollowupMarker(p.cfg.Token, marker, p.hostNow()); ok {
-			return h.acceptFollowup(id, marker)
-		}
-		proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", hostapi.HeaderFollowup)
 	}
 
 	h.handled, h.protocol, h.path = true, proto, path
@@ -174,7 +163,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	// when first needed (h.id): a request that skips prepare and needs no
 	// resolve never needs one.
 	if clientID != "" && proxywasm.LogDebugEnabled() {
-		proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.id(), clientID)
+		h.logClientID(clientID)
 	}
 	h.timezone = strings.TrimSpace(h.timezone)
 	for i, v := range session {
@@ -198,6 +187,42 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) proxywasm.Ac
 	return proxywasm.ActionContinue
 }
 
+// The paths of OnHttpRequestHeaders that most requests do not take are
+// functions of their own (see bodyUnread).
+
+// headersUnread passes a request whose headers cannot be read.
+//
+//go:noinline
+func (h *httpContext) headersUnread(err error) proxywasm.Action {
+	// Only an LLM request is counted and worth the warning.
+	method, _ := proxywasm.GetHttpRequestHeader(":method")
+	if path, _ := proxywasm.GetHttpRequestHeader(":path"); method == "POST" && llm.DetectProtocol(path) != llm.Unknown {
+		h.plugin.requests.inc()
+		proxywasm.LogWarnf("chime: cannot read request headers: %v", err)
+	}
+	return proxywasm.ActionContinue
+}
+
+// takeMarker removes the followup marker, which is ours alone and never
+// reaches the provider; a valid one makes the request a followup.
+//
+//go:noinline
+func (h *httpContext) takeMarker(marker string) (action proxywasm.Action, followup bool) {
+	if err := proxywasm.RemoveHttpRequestHeader(hostapi.HeaderFollowup); err != nil {
+		proxywasm.LogWarnf("chime: remove %s: %v", hostapi.HeaderFollowup, err)
+	}
+	if id, ok := hostapi.VerifyFollowupMarker(h.plugin.cfg.Token, marker, h.plugin.hostNow()); ok {
+		return h.acceptFollowup(id, marker), true
+	}
+	proxywasm.LogDebugf("chime: invalid %s marker removed; treating the request as a normal one", hostapi.HeaderFollowup)
+	return proxywasm.ActionContinue, false
+}
+
+//go:noinline
+func (h *httpContext) logClientID(clientID string) {
+	proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.id(), clientID)
+}
+
 // OnHttpRequestBody is docs/architecture.md#request-path step 2: buffer to the end of
 // the stream, strip directives, and ask the host to prepare.
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywasm.Action {
@@ -213,20 +238,13 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.bodyDone = true
 	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
 	if err != nil {
-		proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.id(), err)
-		h.prepareSettled()
-		h.routeWithoutAnswer("")
-		return proxywasm.ActionContinue
+		return h.bodyUnread(err)
 	}
 	h.bodyIn = body
 	spare := h.plugin.spareRequest()
 	req, err := llm.ParseRequestWith(spare, &h.plugin.toolsMemo, h.protocol, body)
 	if err != nil {
-		h.plugin.doneWith(spare)
-		h.prepareSettled()
-		h.routeWithoutAnswer("")
-		h.forwardMalformed(err.Error())
-		return proxywasm.ActionContinue
+		return h.bodyMalformed(spare, err)
 	}
 	h.req = req
 	// Until the host names what it injects, withhold the calls of every
@@ -239,7 +257,10 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 	h.sessionID = h.sessionOf(req)
 	h.prepareTimeoutMs = h.plugin.prepareTimeoutMs() // grows with the load (loadtimeout.go)
 	now := h.plugin.now()                            // one clock read for the request (two WASI calls in the guest)
-	dirs := h.hostDirectives(req.Directives())
+	var dirs []hostapi.HostDirective
+	if d := req.Directives(); len(d) > 0 { // most requests have none
+		dirs = h.hostDirectives(d)
+	}
 	req.StripDirectives() // even when the host is down (docs/architecture.md#fail-open)
 	if len(dirs) == 0 {
 		// A session with kept directives is never quiet (storeQuiet,
@@ -249,6 +270,38 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) proxywas
 			return proxywasm.ActionContinue
 		}
 	}
+	return h.askHost(req, dirs, now)
+}
+
+// The paths of OnHttpRequestBody that most requests do not take are
+// functions of their own: a request under load runs its code cold, so
+// code beside the path taken costs too (docs/performance.md).
+
+// bodyUnread forwards a body the filter could not read.
+//
+//go:noinline
+func (h *httpContext) bodyUnread(err error) proxywasm.Action {
+	proxywasm.LogWarnf("chime: request %s: cannot read body: %v", h.id(), err)
+	h.prepareSettled()
+	h.routeWithoutAnswer("")
+	return proxywasm.ActionContinue
+}
+
+// bodyMalformed forwards a body that does not parse, unmodified.
+//
+//go:noinline
+func (h *httpContext) bodyMalformed(spare *llm.Request, err error) proxywasm.Action {
+	h.plugin.doneWith(spare)
+	h.prepareSettled()
+	h.routeWithoutAnswer("")
+	h.forwardMalformed(err.Error())
+	return proxywasm.ActionContinue
+}
+
+// askHost sends the prepare of a request that cannot skip it.
+//
+//go:noinline
+func (h *httpContext) askHost(req *llm.Request, dirs []hostapi.HostDirective, now time.Time) proxywasm.Action {
 	prep := hostapi.PrepareRequest{
 		RequestID:  h.id(),
 		Protocol:   h.protocol.String(),
