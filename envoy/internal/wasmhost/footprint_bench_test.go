@@ -74,7 +74,7 @@ type footprint struct {
 type footprintCount struct {
 	functions, calls int
 	bytes            int
-	top              []string // the largest functions, for -v
+	top              []string // the functions, largest first, for -v
 }
 
 func (c footprintCount) kb() float64 { return float64(c.bytes) / 1024 }
@@ -158,7 +158,7 @@ func (fp *footprint) count(bodies map[uint32]int) footprintCount {
 		c.bytes += size
 	}
 	sort.Slice(fns, func(i, j int) bool { return fns[i].size > fns[j].size })
-	for _, f := range fns[:min(len(fns), 40)] {
+	for _, f := range fns {
 		c.top = append(c.top, fmt.Sprintf("%7d B %4d× %s", f.size, f.calls, f.name))
 	}
 	return c
