@@ -161,7 +161,12 @@ var (
 	noSession = &sessionMemo{keys: [3]string{keyQuiet: quietKeyNone}}
 )
 
+// maxSessionMemos bounds the memos beside those with a touch pending
+// (touchedMemos of them, at most maxTouches per root context), which
+// stay when the others are cleared.
 const maxSessionMemos = 1024
+
+var touchedMemos int
 
 // memoOf returns session sid's memo (sid not empty).
 func memoOf(sid string) *sessionMemo {
@@ -181,7 +186,7 @@ func memoOf(sid string) *sessionMemo {
 //
 //go:noinline
 func newMemo(sid string) *sessionMemo {
-	if len(sessions) >= maxSessionMemos {
+	if len(sessions)-touchedMemos >= maxSessionMemos {
 		clear(sessions)
 		// Memos with a touch pending stay: each session's touch is in
 		// one memo only.
@@ -463,6 +468,7 @@ func (g *genState) addTouch(m *sessionMemo, at int64) {
 	}
 	m.touchAt, m.touchOwner = at, g
 	g.touched = append(g.touched, m)
+	touchedMemos++
 	g.listTouches()
 }
 
@@ -494,6 +500,7 @@ func (g *genState) dropTouches() {
 	for _, m := range g.touched {
 		m.touchAt, m.touchOwner = 0, nil
 	}
+	touchedMemos -= len(g.touched)
 	g.touched, g.touches = nil, nil
 	delete(touchLists, g)
 	g.listed = false
@@ -517,6 +524,7 @@ func (p *pluginContext) flushTouches() {
 		sent++
 	}
 	g.touched = append(g.touched[:0], g.touched[sent:]...)
+	touchedMemos -= sent
 	for sid, at := range g.touches {
 		if len(req.Sessions) == hostapi.MaxTouchSessions {
 			break

@@ -197,7 +197,11 @@ func TestTouchesFlushOnTick(t *testing.T) {
 	e.answerPoll(7)
 	e.request("s-touch", "hi", quiet)
 	e.request("s-touch", "hi", quiet)
+	pending := touchedMemos
 	e.h.Tick()
+	if touchedMemos != pending-1 {
+		t.Fatalf("touchedMemos %d after the flush, want %d", touchedMemos, pending-1)
+	}
 	touches := e.calls(hostapi.PathTouch)
 	if len(touches) != 1 {
 		t.Fatalf("touch calls = %d", len(touches))
@@ -339,8 +343,7 @@ func pendingTouches(g *genState) map[string]int64 {
 // a clearing of the memos and for two root contexts sharing a session;
 // a root context that is done lets go of its touches.
 func TestNoteTouchKeepsLatest(t *testing.T) {
-	clear(sessions)
-	lastSession = nil
+	resetMemos()
 	p := &pluginContext{}
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
 	p.noteTouch("a", at(1))
@@ -383,5 +386,52 @@ func TestNoteTouchKeepsLatest(t *testing.T) {
 	q.noteTouch("a", at(13))
 	if got := pendingTouches(&q.gen); len(got) != 1 || got["a"] != 13 || len(q.gen.touched) != 1 {
 		t.Fatalf("second root context after the first is done: touches = %v, in its memo %d", got, len(q.gen.touched))
+	}
+}
+
+// resetMemos forgets every session memo and pending touch.
+func resetMemos() {
+	for g := range touchLists {
+		g.dropTouches()
+	}
+	clear(sessions)
+	lastSession = nil
+}
+
+// Sessions with a touch pending do not count against the memos' bound:
+// more of them than maxSessionMemos must not make every new session
+// clear the memos (and copy the pending ones back) again.
+func TestMemosBeyondPendingTouches(t *testing.T) {
+	resetMemos()
+	defer resetMemos()
+	p := &pluginContext{}
+	for i := range 2 * maxSessionMemos {
+		p.noteTouch(fmt.Sprint("t", i), time.UnixMilli(1))
+	}
+	if got := len(pendingTouches(&p.gen)); got != 2*maxSessionMemos {
+		t.Fatalf("%d touches pending, want %d", got, 2*maxSessionMemos)
+	}
+	first := memoOf("new-0")
+	for i := 1; i < maxSessionMemos/2; i++ {
+		memoOf(fmt.Sprint("new-", i))
+	}
+	if sessions["new-0"] != first {
+		t.Fatal("the memos were cleared with far fewer than maxSessionMemos new sessions")
+	}
+	for i := range maxSessionMemos {
+		memoOf(fmt.Sprint("more-", i))
+	}
+	if _, ok := sessions["new-0"]; ok {
+		t.Fatal("the memos beyond the pending touches are not bounded")
+	}
+	if got := len(pendingTouches(&p.gen)); got != 2*maxSessionMemos || sessions["t0"] == nil {
+		t.Fatalf("a clearing lost pending touches: %d left", got)
+	}
+	if touchedMemos != 2*maxSessionMemos {
+		t.Fatalf("touchedMemos %d, want %d", touchedMemos, 2*maxSessionMemos)
+	}
+	p.OnPluginDone()
+	if touchedMemos != 0 {
+		t.Fatalf("touchedMemos %d once the root context is done", touchedMemos)
 	}
 }
