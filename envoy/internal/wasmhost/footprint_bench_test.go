@@ -48,7 +48,11 @@ func BenchmarkChimeFootprint(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					b.Logf("%s: %d functions, %.1f KB of wasm, %d calls per request\n%s", name, best.functions, best.kb(), best.calls, best.list())
+					list := ""
+					if testing.Verbose() {
+						list = "\n" + best.list()
+					}
+					b.Logf("%s: %d functions, %.1f KB of wasm, %d calls per request%s", name, best.functions, best.kb(), best.calls, list)
 					if name == "this" {
 						b.ReportMetric(float64(best.functions), "functions/request")
 						b.ReportMetric(best.kb(), "wasm-KB/request")
