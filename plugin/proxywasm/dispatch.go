@@ -45,8 +45,25 @@ type streamEntry struct {
 type dispatcher struct {
 	vm      VMContext
 	plugins map[uint32]*pluginEntry
-	streams streamTable
-	active  uint32 // context whose callback is running (owner of new HTTP calls)
+	// lastPlugin is the entry plugin last found, of root context
+	// lastPluginID: a VM has one root context or a few, and a compare
+	// costs less than a map lookup on every stream.
+	lastPlugin   *pluginEntry
+	lastPluginID uint32
+	streams      streamTable
+	active       uint32 // context whose callback is running (owner of new HTTP calls)
+}
+
+// plugin returns root context id's entry.
+func (s *dispatcher) plugin(id uint32) (*pluginEntry, bool) {
+	if s.lastPlugin != nil && s.lastPluginID == id {
+		return s.lastPlugin, true
+	}
+	p, ok := s.plugins[id]
+	if ok {
+		s.lastPlugin, s.lastPluginID = p, id
+	}
+	return p, ok
 }
 
 var state dispatcher
@@ -80,10 +97,11 @@ func (guest) OnContextCreate(contextID, parentID uint32) {
 		}
 		if pc := s.vm.NewPluginContext(contextID); pc != nil {
 			s.plugins[contextID] = &pluginEntry{ctx: pc, callouts: map[uint32]callout{}}
+			s.lastPlugin = nil // it may have been this id's
 		}
 		return
 	}
-	p, ok := s.plugins[parentID]
+	p, ok := s.plugin(parentID)
 	if !ok {
 		return
 	}
@@ -241,6 +259,9 @@ func (guest) OnDone(id uint32) (completed bool) {
 			completed = true
 		}
 	}()
+	if _, ok := state.streams.get(id); ok {
+		return true // a stream's: only a root context may defer
+	}
 	if p, ok := state.plugins[id]; ok {
 		state.active = id
 		return p.ctx.OnPluginDone()
@@ -256,6 +277,9 @@ func (guest) OnDelete(id uint32) {
 		return
 	}
 	delete(state.plugins, id)
+	if state.lastPluginID == id {
+		state.lastPlugin = nil
+	}
 }
 
 // DispatchHttpCall sends an HTTP request to cluster through the host

@@ -26,7 +26,9 @@ func (t *streamTable) get(id uint32) (*streamEntry, bool) {
 func (t *streamTable) put(id uint32, e *streamEntry) {
 	if s := &t.slots[id&(streamSlots-1)]; s.e == nil || s.id == id {
 		s.id, s.e = id, e
-		delete(t.more, id) // an entry of this id there is replaced
+		if len(t.more) > 0 {
+			delete(t.more, id) // an entry of this id there is replaced
+		}
 		return
 	}
 	if t.more == nil {
