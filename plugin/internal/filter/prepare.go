@@ -42,13 +42,14 @@ var renderedTools = func() map[llm.Protocol]map[string]llm.RenderedTool {
 // prepare sends the prepare call and pauses the request until the answer.
 // If the call cannot be sent, the request is finished at once.
 func (h *httpContext) prepare(prep hostapi.PrepareRequest) proxywasm.Action {
-	h.prep, h.prepSent = prep, h.plugin.now()
+	a := h.asked
+	a.prep, a.built = prep, h.plugin.now()
 	body, err := encodePrepare(prep)
 	if err == nil {
 		err = h.plugin.callHost(hostapi.PathPrepare, body, h.prepareTimeoutMs, h.onPrepareAnswer)
 	}
 	if err == nil {
-		h.prepareSentAt = h.plugin.now()
+		a.sentAt = h.plugin.now()
 	}
 	if err != nil {
 		h.prepareSettled()
@@ -65,10 +66,11 @@ func (h *httpContext) onPrepareAnswer(numHeaders, bodySize, _ int) {
 	failure := readAnswer(numHeaders, bodySize, &ans)
 	if failure == "" {
 		defer h.plugin.hostAnswered() // after this request's own outcome, if any
-		h.plugin.prepareAnswered(h.plugin.now().Sub(h.prepareSentAt).Milliseconds())
+		a := h.asked
+		h.plugin.prepareAnswered(h.plugin.now().Sub(a.sentAt).Milliseconds())
 		h.plugin.learnNTP(ans.NTP)
-		h.plugin.keptDelivered(h.prep.SessionID, h.prep.Kept, h.keptAll)
-		h.plugin.learnQuiet(h.prep.SessionID, h.prepSent, &ans)
+		h.plugin.keptDelivered(a.prep.SessionID, a.prep.Kept, a.keptAll)
+		h.plugin.learnQuiet(a.prep.SessionID, a.built, &ans)
 	}
 	gone := h.streamDone || h.responseStarted // nothing left to edit or resume
 	switch {
@@ -167,7 +169,9 @@ func (h *httpContext) prepareFailed(reason string) proxywasm.Action {
 	p.failOpen.inc()
 	p.noteFailOpen(reason)
 	h.routeWithoutAnswer(h.sessionID)
-	p.keepDirectives(h.prep) // the client gets its 200: the directives must not vanish
+	if h.asked != nil {
+		p.keepDirectives(h.asked.prep) // the client gets its 200: the directives must not vanish
+	}
 	h.rewrite(nil)
 	return proxywasm.ActionContinue
 }

@@ -20,20 +20,20 @@ type httpContext struct {
 	proxywasm.DefaultHttpContext
 	plugin *pluginContext
 
-	handled        bool // an LLM protocol request that is not a followup
-	protocol       llm.Protocol
+	handled  bool // an LLM protocol request that is not a followup
+	bodyDone bool // the whole body arrived and was dealt with
+	awaiting bool // counted in plugin.awaitingPrepare
+	protocol llm.Protocol
+
 	requestID      string      // made by id, when first needed
 	timezone       string      // the x-chime-timezone header, raw
 	sessionHeaders [][2]string // the llm.SessionHeaders() present, name and value
 	// sessionHeadersRoom holds the usual one or two without an allocation.
 	sessionHeadersRoom [2][2]string
 
-	bodyDone bool         // the whole body arrived and was dealt with
-	req      *llm.Request // the parsed body while prepare is pending
+	req *llm.Request // the parsed body while prepare is pending
 	// prepareTimeoutMs is this request's prepare timeout (loadtimeout.go).
 	prepareTimeoutMs int64
-	prepareSentAt    time.Time
-	awaiting         bool // counted in plugin.awaitingPrepare
 	// The body as received and as rebuilt: large ones go back to
 	// proxywasm.RecycleBuffer when the stream is done (recycleBodies).
 	bodyIn, bodyOut []byte
@@ -64,12 +64,11 @@ type httpContext struct {
 	// calls the response path withholds from the client and resolves.
 	serverTools []string
 
-	// prep is the prepare sent, whose directives are kept if the host
-	// cannot be reached; keptAll what was kept for the session before it
-	// (keep.go).
-	prep     hostapi.PrepareRequest
-	prepSent time.Time // when prep was sent (skip.go)
-	keptAll  []hostapi.KeptDirectives
+	// asked is set when the request asks the host (prepare): most skip
+	// it, and a context of more than 512 bytes takes the allocator's
+	// path for objects with a header, code nothing else a request does
+	// runs (TestContextSize).
+	asked *asked
 
 	resp response
 
@@ -314,8 +313,20 @@ func (h *httpContext) askHost(req *llm.Request, dirs []hostapi.HostDirective, no
 		// fails open and rolls the id back.
 		DeadlineMs: now.UnixMilli() + h.plugin.ntpOffsetMs + h.prepareTimeoutMs,
 	}
-	prep.Kept, h.keptAll = h.plugin.keptFor(h.sessionID)
+	h.asked = &asked{}
+	prep.Kept, h.asked.keptAll = h.plugin.keptFor(h.sessionID)
 	return h.prepare(prep)
+}
+
+// asked is what a request that asks the host keeps of the asking.
+type asked struct {
+	// prep is the prepare sent, whose directives are kept if the host
+	// cannot be reached; keptAll what was kept for the session before it
+	// (keep.go).
+	prep    hostapi.PrepareRequest
+	built   time.Time // when prep was made: its quiet entry's start (skip.go)
+	sentAt  time.Time // when the call went out (loadtimeout.go)
+	keptAll []hostapi.KeptDirectives
 }
 
 // sessionOf is req.SessionID over the session headers. h.sessionHeaders

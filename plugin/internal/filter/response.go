@@ -36,30 +36,31 @@ const (
 // response is the response-path state of one stream.
 type response struct {
 	mode responseMode
+	// The flags, together (TestContextSize).
+	withholding bool // SSE: a server-tool call started: everything after it is withheld
+	holdingTail bool // SSE: the text's close, a finish or terminal was withheld: so is everything after it
+	// headersHeld: the headers of a JSON answer wait for its end
+	// (OnHttpResponseHeaders), to leave with its content-length.
+	headersHeld bool
+	hasLength   bool // length holds the content-length the held headers carry
+	pending     bool // a resolve call is in flight
+	cancelled   bool // the host was told to cancel it
+
 	orig *llm.Turn // the upstream turn, once complete
 
 	// SSE.
-	reader      *llm.StreamReader
-	splicer     *llm.Splicer
-	turn        llm.TurnBuilder
-	withholding bool   // a server-tool call started: everything after it is withheld
-	holdingTail bool   // the text's close, a finish or terminal was withheld: so is everything after it
-	held        []byte // raw withheld events, replayed untouched when nothing was spliced
+	reader  *llm.StreamReader
+	splicer *llm.Splicer
+	turn    *llm.TurnBuilder
+	held    []byte // raw withheld events, replayed untouched when nothing was spliced
 	// forwardedCalls is how many tool calls the client saw start before
 	// forwarding stopped (all client calls).
 	forwardedCalls int
 	paused         []byte // bytes left in the paused buffer while resolving
 
-	// headersHeld: the headers of a JSON answer wait for its end
-	// (OnHttpResponseHeaders), to leave with its content-length.
-	headersHeld bool
 	// length is the content-length the held headers carry, when
 	// hasLength: the upstream's, kept as long as the answer is unchanged.
-	length    int
-	hasLength bool
-
-	pending   bool // a resolve call is in flight
-	cancelled bool // the host was told to cancel it
+	length int
 }
 
 // startResponse picks how to watch the response once its headers are in:
@@ -110,6 +111,7 @@ func (h *httpContext) startStream() {
 	h.resp.mode = respSSE
 	h.resp.reader = llm.NewStreamReader(h.protocol)
 	h.resp.splicer = llm.NewSplicer(h.protocol)
+	h.resp.turn = new(llm.TurnBuilder)
 }
 
 // parseLength reads a content-length value; false when it is not one
