@@ -200,7 +200,7 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	if p.cfg.TimeTag {
 		p.tagBuf = p.tagger.Append(p.tagBuf[:0], now, h.zone, p.ntpOffsetMs)
 		if err := req.AppendUserText(string(p.tagBuf)); err != nil {
-			h.logNotAdded("time tag", err)
+			h.logFailed(proxywasm.LogDebugf, "time tag not added", err)
 		}
 	}
 	remindersDelivered = true
@@ -215,7 +215,7 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 	out := req.AppendBytes(proxywasm.BodyBuffer(req.Size()))
 	h.bodyOut = out
 	if err := proxywasm.ReplaceHttpRequestBody(out); err != nil {
-		h.logNotAdded("body", err)
+		h.logFailed(proxywasm.LogWarnf, "cannot replace the body", err)
 		return false
 	}
 	h.sentBody = out // the response path hands it to resolve
@@ -228,25 +228,18 @@ func (h *httpContext) rewriteAt(ans *hostapi.PrepareResponse, now time.Time) (re
 //go:noinline
 func (h *httpContext) addReminders(req *llm.Request, reminders string) bool {
 	if err := req.AppendUserText(reminders); err != nil {
-		h.logNotAdded("reminders", err)
+		h.logFailed(proxywasm.LogWarnf, "reminders not added", err)
 		return false
 	}
 	return true
 }
 
-// logNotAdded logs a failed step of rewriteAt: a body the host cannot
-// take is a warning, a time tag a request has no room for is not.
+// logFailed logs a failed step of rewriteAt at logf's level, apart from
+// it (see bodyUnread).
 //
 //go:noinline
-func (h *httpContext) logNotAdded(what string, err error) {
-	switch what {
-	case "time tag":
-		proxywasm.LogDebugf("chime: request %s: time tag not added: %v", h.id(), err)
-	case "body":
-		proxywasm.LogWarnf("chime: request %s: cannot replace the body: %v", h.id(), err)
-	default:
-		proxywasm.LogWarnf("chime: request %s: %s not added: %v", h.id(), what, err)
-	}
+func (h *httpContext) logFailed(logf func(string, ...any), what string, err error) {
+	logf("chime: request %s: %s: %v", h.id(), what, err)
 }
 
 // injectTools adds the schemas of the server tools the host enabled and

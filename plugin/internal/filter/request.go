@@ -217,6 +217,8 @@ func (h *httpContext) takeMarker(marker string) (action proxywasm.Action, follow
 	return proxywasm.ActionContinue, false
 }
 
+// logClientID logs the client's own request id, at debug only.
+//
 //go:noinline
 func (h *httpContext) logClientID(clientID string) {
 	proxywasm.LogDebugf("chime: request %s: client x-request-id %q", h.id(), clientID)

@@ -65,7 +65,8 @@ type response struct {
 
 // startResponse picks how to watch the response once its headers are in:
 // only 2xx, uncompressed JSON or SSE answers to a request the filter
-// forwarded itself. The body may change, so content-length goes.
+// forwarded itself. The body may change, so content-length goes, unless
+// the headers are held (hold, for a JSON answer) until the body is known.
 func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream, hold bool) {
 	if !ok2xx || endOfStream || h.sentBody == nil {
 		h.sentBody = nil
@@ -98,6 +99,8 @@ func (h *httpContext) startResponse(rh *responseHeaders, ok2xx, endOfStream, hol
 	}
 }
 
+// passEncoded lets a compressed answer through unread.
+//
 //go:noinline
 func (h *httpContext) passEncoded(enc string) {
 	proxywasm.LogDebugf("chime: request %s: %s-encoded response passes untouched", h.id(), enc)
