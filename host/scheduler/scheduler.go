@@ -338,6 +338,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			continue
 		}
 		t := s.clock.NewTimer(wait)
+		// The wait was measured before the timer started: a clock that
+		// moved meanwhile (a paused machine, a fake clock in tests) may
+		// be past the first alarm already, and the timer later than it.
+		if s.dueBy(s.clock.Now()) {
+			t.Stop()
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -347,6 +354,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-t.Chan():
 		}
 	}
+}
+
+// dueBy reports whether an alarm is due at now.
+func (s *Scheduler) dueBy(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queue.Len() > 0 && !s.queue[0].at.After(now)
 }
 
 // fire handles every alarm due at now.
