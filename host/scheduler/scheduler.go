@@ -326,11 +326,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for {
 		s.fire(s.clock.Now())
 		wait := RearmEvery
-		s.mu.Lock()
-		if s.queue.Len() > 0 {
-			wait = min(wait, s.queue[0].at.Sub(s.clock.Now()))
+		if at, ok := s.firstAlarm(); ok {
+			wait = min(wait, at.Sub(s.clock.Now()))
 		}
-		s.mu.Unlock()
 		if wait <= 0 {
 			if ctx.Err() != nil {
 				return nil
@@ -341,7 +339,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		// The wait was measured before the timer started: a clock that
 		// moved meanwhile (a paused machine, a fake clock in tests) may
 		// be past the first alarm already, and the timer later than it.
-		if s.dueBy(s.clock.Now()) {
+		if at, ok := s.firstAlarm(); ok && !at.After(s.clock.Now()) {
 			t.Stop()
 			continue
 		}
@@ -356,11 +354,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// dueBy reports whether an alarm is due at now.
-func (s *Scheduler) dueBy(now time.Time) bool {
+// firstAlarm is the time of the earliest alarm; false when none is set.
+func (s *Scheduler) firstAlarm() (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.queue.Len() > 0 && !s.queue[0].at.After(now)
+	if s.queue.Len() == 0 {
+		return time.Time{}, false
+	}
+	return s.queue[0].at, true
 }
 
 // fire handles every alarm due at now.
