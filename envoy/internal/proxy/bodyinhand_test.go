@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +135,94 @@ func TestRequestBodyWithOrAfterItsHeaders(t *testing.T) {
 			<-headers
 		}
 	})
+}
+
+// A request with a content-length goes upstream with it, streamed or not,
+// as Envoy's HTTP/1 encoder writes the header it gets; only a filter that
+// removes the header while the body still streams makes it chunked.
+func TestUpstreamKeepsTheContentLength(t *testing.T) {
+	body := strings.Repeat("b", 1000)
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		filter func(*fakeFilter)
+		want   int64
+	}{
+		{"no filter, body with the headers", []string{body}, nil, 1000},
+		{"no filter, body after them", []string{"", body}, nil, 1000},
+		{"no filter, body in two pieces", []string{body[:400], body[400:]}, nil, 1000},
+		{"a filter drops the length", []string{"", body}, func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				h.Del("content-length")
+				return httpfilter.HeadersContinue
+			}
+		}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			started := make(chan struct{}, 1)
+			var length int64
+			var got []byte
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				started <- struct{}{} // before the body: the headers came ahead of it
+				length = r.ContentLength
+				got, _ = io.ReadAll(r.Body)
+				fmt.Fprintf(w, "got %d", len(got))
+			}))
+			t.Cleanup(up.Close)
+			var filters []func(*fakeFilter)
+			if tc.filter != nil {
+				filters = append(filters, tc.filter)
+			}
+			e := start(t, setup{upstreams: map[string]string{"a": up.Listener.Addr().String()}, filters: filters})
+			c := rawPost(t, strings.TrimPrefix(e.url, "http://"), "/p", tc.pieces, func(int) {
+				select { // the rest is sent once the request streams upstream
+				case <-started:
+				case <-time.After(5 * time.Second):
+					t.Error("the upstream got no headers before the whole body was sent")
+				}
+			})
+			if code, got := readResponse(t, c); code != 200 || got != "got 1000" {
+				t.Fatalf("got %d %q", code, got)
+			}
+			if length != tc.want || string(got) != body {
+				t.Fatalf("upstream content-length %d (want %d), body %d bytes", length, tc.want, len(got))
+			}
+		})
+	}
+}
+
+// A body that came in the same read as its headers goes upstream with them
+// in one write, as Envoy's codec encodes both before its connection writes.
+func TestBodyWithItsHeadersGoesUpstreamInOneWrite(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}})
+	var writes atomic.Int32
+	tr := e.clusters.byName["a"].transport
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, &writes}, nil
+	}
+	c := rawPost(t, strings.TrimPrefix(e.url, "http://"), "/p", []string{strings.Repeat("w", 1000)}, nil)
+	if code, _ := readResponse(t, c); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("the request went upstream in %d writes", n)
+	}
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int32
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
 }
 
 func TestReadSize(t *testing.T) {

@@ -118,6 +118,12 @@ func (s *stream) startUpstream() {
 	if !s.routerGotHdr || s.upStarted || s.upQueue == nil || s.dec.dead {
 		return
 	}
+	if len(s.reqBody) > 0 {
+		// The body came in the same read as the headers and waits to be
+		// dispatched: Envoy's codec encodes both before its connection
+		// writes, so they go upstream together.
+		return
+	}
 	s.upStarted = true
 	cl := s.l.clusters.byName[s.route.Cluster]
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -127,6 +133,10 @@ func (s *stream) startUpstream() {
 	if s.upEnd && s.upTrailers == nil {
 		b := s.upQueue.drain()
 		body, length = bytes.NewReader(b), int64(len(b))
+	} else if n, ok := declaredLength(*s.reqHeaders); ok && len(s.declaredTrailers) == 0 {
+		// A streamed body keeps the content-length the router sees, as
+		// Envoy's HTTP/1 encoder writes it: chunked only without one.
+		length = n
 	}
 	ep := cl.pick()
 	// Host rewrites happen in the router, after the decoder filters, on the
@@ -155,6 +165,20 @@ func (s *stream) startUpstream() {
 	s.upStart = time.Now()
 	s.upEvents = make(chan upEvent)
 	go runUpstream(ctx, cl, req, s.upEvents)
+}
+
+// declaredLength is the request's content-length header, when it is one
+// decimal number.
+func declaredLength(h httpfilter.Headers) (int64, bool) {
+	v, ok := h.Get("content-length")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || v[0] == '+' {
+		return 0, false
+	}
+	return n, true
 }
 
 // setAuthority replaces :authority where it is, keeping pseudo-headers first.
