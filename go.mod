@@ -9,8 +9,8 @@ require (
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/dgraph-io/badger/v4 v4.9.6
-	github.com/dgraph-io/ristretto/v2 v2.2.0
-	github.com/dustin/go-humanize v1.0.1
+	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/dustin/go-humanize v1.1.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
@@ -22,10 +22,10 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/tidwall/gjson v1.20.1
 	github.com/tidwall/sjson v1.2.7
-	go.yaml.in/yaml/v4 v4.0.0-rc.4
-	golang.org/x/sys v0.48.0
+	go.yaml.in/yaml/v4 v4.0.0
+	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
-	istio.io/api v1.31.1
+	istio.io/api v1.31.4
 	sigs.k8s.io/yaml v1.6.0
 )
 

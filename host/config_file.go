@@ -480,10 +480,11 @@ func (e *FieldError) Error() string {
 
 // explain rewrites one decoder error as a FieldError.
 func (idx *nodeIndex) explain(name string, e *yaml.LoadError) *FieldError {
-	pos := [2]int{e.Line, e.Column}
+	line := e.Mark.Line
+	pos := [2]int{line, e.Mark.Column}
 	if path, ok := idx.keys[pos]; ok {
 		if _, known := fileSchema[schemaPath(path)]; known {
-			return &FieldError{name, e.Line, path, e.Err.Error()} // e.g. a duplicate key
+			return &FieldError{name, line, path, e.Message} // e.g. a duplicate key
 		}
 		// A block mapping starts where its first key does: a mapping given
 		// for a scalar field is reported at that key.
@@ -491,14 +492,14 @@ func (idx *nodeIndex) explain(name string, e *yaml.LoadError) *FieldError {
 		if pt, ok := fileSchema[schemaPath(parent)]; ok && pt.Kind() != reflect.Struct {
 			return &FieldError{name, idx.lines[parent], parent, wantType(pt, idx.values[parent])}
 		}
-		return &FieldError{name, e.Line, path, unknownField(path)}
+		return &FieldError{name, line, path, unknownField(path)}
 	}
 	if path, ok := idx.vals[pos]; ok {
 		if t, known := fileSchema[schemaPath(path)]; known {
-			return &FieldError{name, e.Line, path, wantType(t, idx.values[path])}
+			return &FieldError{name, line, path, wantType(t, idx.values[path])}
 		}
 	}
-	return &FieldError{name, e.Line, "", e.Err.Error()}
+	return &FieldError{name, line, "", e.Message}
 }
 
 func parentPath(path string) string {

@@ -137,7 +137,7 @@ func TestConfigFileErrorsNameFieldAndLine(t *testing.T) {
 		"- a\n":                                  {"bad.yaml:1: a list is not a mapping of fields"},
 		"holds: {max: 1m}\nholds: {max: 2m}\n":   {"bad.yaml:2: holds: mapping key \"holds\" already defined at line 1"},
 		"a: 1\n---\nb: 2\n":                      {"one YAML document expected"},
-		"listen: 'x\n":                           {"bad.yaml: yaml: ", "line 1"},
+		"listen: 'x\n":                           {"bad.yaml: yaml: ", "unexpected end of stream"},
 		"static_resources: {}\n":                 {"static_resources: unknown field", "Envoy bootstrap"},
 		// Several problems: all of them, in file order.
 		"guards:\n  maxHops: x\nholds:\n  max: 1\n": {"bad.yaml:2: guards.maxHops", "\nhost config bad.yaml:4: holds.max"},
