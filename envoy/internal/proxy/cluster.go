@@ -32,17 +32,18 @@ type Clusters struct {
 }
 
 type cluster struct {
-	cfg       *config.Cluster
-	transport *http.Transport
-	dialer    *net.Dialer
-	network   string
-	scheme    string            // "https" with a TLS transport socket
-	sni       map[string]string // endpoint address → SNI to send
-	next      atomic.Uint64
-	rq        httpfilter.Metric
-	cxFail    httpfilter.Metric
-	rqTimeout httpfilter.Metric
-	overflow  httpfilter.Metric
+	cfg           *config.Cluster
+	transport     *http.Transport
+	dialer        *net.Dialer
+	network       string
+	scheme        string            // "https" with a TLS transport socket
+	sni           map[string]string // endpoint address → SNI to send
+	next          atomic.Uint64
+	rq            httpfilter.Metric
+	cxFail        httpfilter.Metric
+	rqTimeout     httpfilter.Metric
+	perTryTimeout httpfilter.Metric
+	overflow      httpfilter.Metric
 	// open counts http_calls in flight, against cfg.MaxRequests.
 	open atomic.Int64
 }
@@ -57,14 +58,15 @@ func NewClusters(cfgs []*config.Cluster, st *stats.Store) *Clusters {
 	for _, c := range cfgs {
 		tag := stats.Tag{Name: "envoy_cluster_name", Value: c.Name}
 		cl := &cluster{
-			cfg:       c,
-			rq:        st.Counter("cluster."+c.Name+".upstream_rq_total", "cluster.upstream_rq_total", tag),
-			cxFail:    st.Counter("cluster."+c.Name+".upstream_cx_connect_fail", "cluster.upstream_cx_connect_fail", tag),
-			rqTimeout: st.Counter("cluster."+c.Name+".upstream_rq_timeout", "cluster.upstream_rq_timeout", tag),
-			overflow:  st.Counter("cluster."+c.Name+".upstream_rq_pending_overflow", "cluster.upstream_rq_pending_overflow", tag),
-			dialer:    &net.Dialer{KeepAlive: 30 * time.Second},
-			network:   c.Network,
-			scheme:    "http",
+			cfg:           c,
+			rq:            st.Counter("cluster."+c.Name+".upstream_rq_total", "cluster.upstream_rq_total", tag),
+			cxFail:        st.Counter("cluster."+c.Name+".upstream_cx_connect_fail", "cluster.upstream_cx_connect_fail", tag),
+			rqTimeout:     st.Counter("cluster."+c.Name+".upstream_rq_timeout", "cluster.upstream_rq_timeout", tag),
+			perTryTimeout: st.Counter("cluster."+c.Name+".upstream_rq_per_try_timeout", "cluster.upstream_rq_per_try_timeout", tag),
+			overflow:      st.Counter("cluster."+c.Name+".upstream_rq_pending_overflow", "cluster.upstream_rq_pending_overflow", tag),
+			dialer:        &net.Dialer{KeepAlive: 30 * time.Second},
+			network:       c.Network,
+			scheme:        "http",
 		}
 		if cl.network == "" {
 			cl.network = "tcp"
@@ -291,14 +293,18 @@ func (cs *Clusters) Call(ctx context.Context, name string, headers httpfilter.He
 			return nil, fmt.Errorf("http_call: missing required header %s", k)
 		}
 	}
+	headers = slices.Clone(headers) // the caller's stay as they are
 	if v, _ := headers.Get(":method"); v == "" {
-		headers = slices.Clone(headers)
 		headers.Set(":method", http.MethodGet) // what an empty method means on the wire
 	}
 	if v, _ := headers.Get(":path"); v == "" {
-		headers = slices.Clone(headers)
 		headers.Set(":path", "/")
 	}
+	// The async client goes through a router of its own: it marks the
+	// request internal and handles the x-envoy timeout headers as the
+	// stream router does, with the call's timeout as the route's.
+	timeout, _ = routerTimeouts(&headers, timeout)
+	headers.Set("x-envoy-internal", "true")
 	parent := ctx
 	c := cs.byName[name]
 	if c == nil {

@@ -66,6 +66,9 @@ func TestPassthroughHeadersAndCompletion(t *testing.T) {
 	if r.header.Get("X-Request-Id") == "" || r.header.Get("X-Forwarded-Proto") != "http" {
 		t.Errorf("x-request-id / x-forwarded-proto missing: %v", r.header)
 	}
+	if v := r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms"); v != "15000" { // the default route timeout
+		t.Errorf("x-envoy-expected-rq-timeout-ms = %q", v)
+	}
 	if ua := r.header.Get("User-Agent"); strings.HasPrefix(ua, "Go-http-client") {
 		t.Errorf("proxy invented a user agent: %q", ua)
 	}
@@ -457,6 +460,115 @@ func TestRouteTimeoutIs504(t *testing.T) {
 	}
 }
 
+// The router tells the upstream the route timeout in
+// x-envoy-expected-rq-timeout-ms, replacing one the client sent, and
+// sends none when the route has no timeout, as Envoy's router does.
+func TestExpectedTimeoutHeader(t *testing.T) {
+	up := newUpstream(t, nil)
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, routes: `
+              - match: { prefix: "/none" }
+                route: { cluster: a, timeout: 0s }
+              - match: { prefix: "/" }
+                route: { cluster: a, timeout: 2.5s }`})
+	for path, want := range map[string][]string{"/none": nil, "/timed": {"2500"}} {
+		req, _ := http.NewRequest("GET", e.url+path, nil)
+		req.Header.Set("X-Envoy-Expected-Rq-Timeout-Ms", "1")
+		if resp, _ := do(t, req); resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", path, resp.StatusCode)
+		}
+		if got := up.last(t).header.Values("X-Envoy-Expected-Rq-Timeout-Ms"); !slices.Equal(got, want) {
+			t.Errorf("%s: upstream got x-envoy-expected-rq-timeout-ms %q, want %q", path, got, want)
+		}
+	}
+}
+
+// The connection manager drops the x-envoy control headers a client sends
+// (no request is internal here), so only a filter can set the router's
+// timeouts; the router reads and removes them and tells the upstream the
+// result.
+func TestEnvoyControlHeaders(t *testing.T) {
+	up := newUpstream(t, nil)
+	var seen httpfilter.Headers
+	var set [][2]string // what the filter adds
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				seen = slices.Clone(*h)
+				for _, kv := range set {
+					h.Set(kv[0], kv[1])
+				}
+				return httpfilter.HeadersContinue
+			}
+		},
+	}})
+	send := func(clientHeaders ...string) recorded {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.url+"/", nil)
+		for i := 0; i < len(clientHeaders); i += 2 {
+			req.Header.Set(clientHeaders[i], clientHeaders[i+1])
+		}
+		if resp, _ := do(t, req); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return up.last(t)
+	}
+
+	r := send("x-envoy-upstream-rq-timeout-ms", "50", "x-envoy-retry-on", "5xx", "x-envoy-internal", "true", "x-envoy-custom", "kept")
+	for _, k := range []string{"x-envoy-upstream-rq-timeout-ms", "x-envoy-retry-on", "x-envoy-internal"} {
+		if v, ok := seen.Get(k); ok {
+			t.Errorf("the filter saw the client's %s: %q", k, v)
+		}
+	}
+	if v, _ := seen.Get("x-envoy-custom"); v != "kept" {
+		t.Errorf("x-envoy-custom = %q, want it kept", v)
+	}
+	if v := r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms"); v != "15000" {
+		t.Errorf("a client's timeout header set the expected timeout %q", v)
+	}
+
+	set = [][2]string{{"x-envoy-upstream-rq-timeout-ms", "3000"}}
+	if r := send(); r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms") != "3000" || r.header.Get("X-Envoy-Upstream-Rq-Timeout-Ms") != "" {
+		t.Errorf("a filter's timeout: upstream headers %v", r.header)
+	}
+	set = [][2]string{{"x-envoy-upstream-rq-timeout-ms", "3000"}, {"x-envoy-upstream-rq-per-try-timeout-ms", "1000"}}
+	if r := send(); r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms") != "1000" || r.header.Get("X-Envoy-Upstream-Rq-Per-Try-Timeout-Ms") != "" {
+		t.Errorf("a filter's per-try timeout: upstream headers %v", r.header)
+	}
+	set = [][2]string{{"x-envoy-upstream-rq-timeout-ms", "3000"}, {"x-envoy-upstream-rq-per-try-timeout-ms", "5000"}}
+	if r := send(); r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms") != "3000" {
+		t.Errorf("a per-try timeout over the global one: upstream headers %v", r.header)
+	}
+}
+
+// A per-try timeout a filter sets ends the request as Envoy's router does
+// when no retry is left.
+func TestPerTryTimeout(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	})
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){nil,
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				h.Set("x-envoy-upstream-rq-per-try-timeout-ms", "200")
+				return httpfilter.HeadersContinue
+			}
+		},
+	}})
+	resp, body := get(t, e.url+"/slow")
+	if resp.StatusCode != 504 || body != "upstream request timeout" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if i := f1Info(e); i.ResponseDetails != "upstream_per_try_timeout" {
+		t.Errorf("details %q", i.ResponseDetails)
+	}
+	if n := e.stats.Counter("cluster.a.upstream_rq_per_try_timeout", "").Value(); n != 1 {
+		t.Errorf("upstream_rq_per_try_timeout = %d", n)
+	}
+}
+
 func TestDirectResponseAndNoRoute(t *testing.T) {
 	up := newUpstream(t, nil)
 	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){nil},
@@ -748,6 +860,29 @@ func TestHTTPCaller(t *testing.T) {
 	}
 	if v, _ := resp.Headers.Get("x-echo"); v != "1" || string(resp.Body) != "POST chime_host payload" {
 		t.Fatalf("got %v %q", resp.Headers, resp.Body)
+	}
+	// The async client's router marks the call internal and tells the
+	// upstream the call's timeout.
+	if r := up.last(t); r.header.Get("X-Envoy-Internal") != "true" || r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms") != "1000" {
+		t.Errorf("upstream headers of a call: %v", r.header)
+	}
+	if _, ok := hdr.Get("x-envoy-internal"); ok {
+		t.Error("Call changed the caller's headers")
+	}
+	// A caller's x-envoy-upstream-rq-timeout-ms sets the timeout and is
+	// removed; a call without a timeout tells the upstream none.
+	withTimeout := append(slices.Clone(hdr), httpfilter.Header{Key: "x-envoy-upstream-rq-timeout-ms", Value: "2500"})
+	if _, err := e.clusters.Call(context.Background(), "host", withTimeout, nil, nil, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := up.last(t); r.header.Get("X-Envoy-Expected-Rq-Timeout-Ms") != "2500" || r.header.Get("X-Envoy-Upstream-Rq-Timeout-Ms") != "" {
+		t.Errorf("upstream headers of a call with a timeout header: %v", r.header)
+	}
+	if _, err := e.clusters.Call(context.Background(), "host", hdr, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := up.last(t); r.header.Values("X-Envoy-Expected-Rq-Timeout-Ms") != nil {
+		t.Errorf("a call without a timeout: upstream headers %v", r.header)
 	}
 	if !e.clusters.HasCluster("host") || e.clusters.HasCluster("nope") {
 		t.Fatal("HasCluster")

@@ -85,6 +85,7 @@ func (s *stream) routerHeaders(end bool) {
 		s.queueLocalReply(s.route.Direct.Status, s.route.Direct.Body, nil, "direct_response")
 	default:
 		s.info.ClusterName = s.route.Cluster
+		s.timeout, s.perTryTimeout = routerTimeouts(s.reqHeaders, s.route.Timeout)
 		s.upQueue = newBodyQueue(s.limit, func() {
 			select {
 			case s.wake <- struct{}{}:
@@ -105,7 +106,7 @@ func (s *stream) routerEnd() {
 	}
 	s.upEnd = true
 	s.upQueue.close()
-	if t := s.route.Timeout; t > 0 {
+	if t := s.timeout; t > 0 {
 		s.routeTimer = time.NewTimer(t)
 		s.routeTimeout = s.routeTimer.C
 	}
@@ -165,6 +166,50 @@ func (s *stream) startUpstream() {
 	s.upStart = time.Now()
 	s.upEvents = make(chan upEvent)
 	go runUpstream(ctx, cl, req, s.upEvents)
+}
+
+// routerTimeouts is what Envoy's router does with the x-envoy timeout
+// headers (FilterUtility::finalTimeout, without retries): a filter may set
+// the timeout with x-envoy-upstream-rq-timeout-ms and a shorter one with
+// x-envoy-upstream-rq-per-try-timeout-ms (both are read and removed; a
+// client's never get here, cleanInternalHeaders); the upstream is told the
+// result in x-envoy-expected-rq-timeout-ms, unless there is none. The
+// router's suppress_envoy_headers is not supported, so it is always sent.
+func routerTimeouts(h *httpfilter.Headers, route time.Duration) (time.Duration, bool) {
+	global, perTry := route, time.Duration(0)
+	if hasEnvoyHeader(*h) {
+		global = takeTimeout(h, "x-envoy-upstream-rq-timeout-ms", global)
+		perTry = takeTimeout(h, "x-envoy-upstream-rq-per-try-timeout-ms", 0)
+		h.Del("x-envoy-upstream-alt-stat-name")
+		h.Del("x-envoy-hedge-on-per-try-timeout")
+	}
+	if perTry >= global && global != 0 {
+		perTry = 0
+	}
+	expected := perTry
+	if expected == 0 {
+		expected = global
+	}
+	if expected > 0 {
+		h.Set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(expected.Milliseconds(), 10))
+	}
+	// One attempt: the per-try timeout, when shorter, ends it first.
+	return expected, perTry > 0
+}
+
+// takeTimeout removes header k and returns its milliseconds, or def when
+// it is absent or not a number.
+func takeTimeout(h *httpfilter.Headers, k string, def time.Duration) time.Duration {
+	v, ok := h.Get(k)
+	if !ok {
+		return def
+	}
+	h.Del(k)
+	ms, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // declaredLength is the request's content-length header, when it is one

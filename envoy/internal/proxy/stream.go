@@ -55,20 +55,22 @@ type stream struct {
 	declaredTrailers []string       // request trailer names announced by the client
 
 	// Router state.
-	route        *config.Route
-	routeMatched bool
-	routerGotHdr bool // router received request headers
-	upStarted    bool
-	upEnd        bool         // request end reached the router
-	upQueue      *bodyQueue   // request body toward the upstream
-	upTrailers   http.Header  // request trailers toward the upstream
-	upEvents     chan upEvent // upstream response events; nil when none/ignored
-	upCancel     context.CancelFunc
-	upStart      time.Time
-	upGotHeaders bool
-	routeTimer   *time.Timer
-	routeTimeout <-chan time.Time
-	idleTimer    *time.Timer
+	route         *config.Route
+	routeMatched  bool
+	routerGotHdr  bool // router received request headers
+	upStarted     bool
+	upEnd         bool         // request end reached the router
+	upQueue       *bodyQueue   // request body toward the upstream
+	upTrailers    http.Header  // request trailers toward the upstream
+	upEvents      chan upEvent // upstream response events; nil when none/ignored
+	upCancel      context.CancelFunc
+	upStart       time.Time
+	upGotHeaders  bool
+	timeout       time.Duration // the route's, or as the x-envoy timeout headers set it (routerTimeouts)
+	perTryTimeout bool          // timeout is the per-try one
+	routeTimer    *time.Timer
+	routeTimeout  <-chan time.Time
+	idleTimer     *time.Timer
 
 	downstreamStarted bool // response headers written to the client
 	headersUnflushed  bool // written but not yet flushed (flushHeaders)
@@ -184,8 +186,13 @@ func (s *stream) loop() {
 			s.onUpstream(ev)
 		case <-s.routeTimeout:
 			s.routeTimeout = nil
-			s.l.clusters.byName[s.route.Cluster].rqTimeout.Add(1)
-			s.localReply(504, []byte("upstream request timeout"), nil, "upstream_response_timeout")
+			if cl := s.l.clusters.byName[s.route.Cluster]; s.perTryTimeout {
+				cl.perTryTimeout.Add(1)
+				s.localReply(504, []byte("upstream request timeout"), nil, "upstream_per_try_timeout")
+			} else {
+				cl.rqTimeout.Add(1)
+				s.localReply(504, []byte("upstream request timeout"), nil, "upstream_response_timeout")
+			}
 		case <-idle:
 			s.localReply(408, []byte("stream timeout"), nil, "stream_idle_timeout")
 		case <-s.ctx.Done():
@@ -260,6 +267,7 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 	}
 	h.Del("expect") // Envoy answers 100-continue itself
 	h.Del("host")
+	cleanInternalHeaders(&h)
 	if r.ContentLength > 0 {
 		if _, ok := h.Get("content-length"); !ok {
 			h = append(h, httpfilter.Header{Key: "content-length", Value: strconv.FormatInt(r.ContentLength, 10)})
@@ -273,6 +281,43 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 	}
 	end := r.ContentLength == 0 && len(r.TransferEncoding) == 0
 	return h, end
+}
+
+// externalOnlyRemoved are the x-envoy request headers Envoy's connection
+// manager removes from a request that is not internal
+// (ConnectionManagerUtility::cleanInternalHeaders). No request is
+// internal here: with use_remote_address off, Envoy ≥ 1.36 takes the
+// client's address from x-forwarded-for and counts none as internal
+// without an internal_address_config, which this runtime does not take.
+var externalOnlyRemoved = [...]string{
+	"x-envoy-retriable-status-codes", "x-envoy-retriable-header-names",
+	"x-envoy-retry-on", "x-envoy-retry-grpc-on", "x-envoy-max-retries",
+	"x-envoy-upstream-alt-stat-name", "x-envoy-upstream-rq-timeout-ms",
+	"x-envoy-upstream-rq-per-try-timeout-ms", "x-envoy-upstream-rq-timeout-alt-response",
+	"x-envoy-expected-rq-timeout-ms", "x-envoy-force-trace", "x-envoy-ip-tags",
+	"x-envoy-original-url", "x-envoy-hedge-on-per-try-timeout",
+}
+
+// cleanInternalHeaders drops what a client may not tell Envoy: the
+// x-envoy-internal marker always, the control headers of an external
+// request (they would set the router's timeouts and retries).
+func cleanInternalHeaders(h *httpfilter.Headers) {
+	if !hasEnvoyHeader(*h) {
+		return
+	}
+	h.Del("x-envoy-internal")
+	for _, k := range externalOnlyRemoved {
+		h.Del(k)
+	}
+}
+
+func hasEnvoyHeader(h httpfilter.Headers) bool {
+	for _, e := range h {
+		if strings.HasPrefix(e.Key, "x-envoy-") {
+			return true
+		}
+	}
+	return false
 }
 
 func newUUID() string {
