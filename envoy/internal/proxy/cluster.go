@@ -265,7 +265,9 @@ func (c *cluster) newUpstreamRequest(ctx context.Context, ep endpoint, h httpfil
 	}
 	req.Header = make(http.Header, len(h))
 	for _, e := range h {
-		if strings.HasPrefix(e.Key, ":") || hopByHop[e.Key] || e.Key == "content-length" || e.Key == "host" {
+		// te is hop-by-hop, but Envoy's codec writes the "te: trailers"
+		// its connection manager kept (and a filter's te) as it writes any.
+		if strings.HasPrefix(e.Key, ":") || hopByHop[e.Key] && e.Key != "te" || e.Key == "content-length" || e.Key == "host" {
 			continue
 		}
 		req.Header[http.CanonicalHeaderKey(e.Key)] = append(req.Header[http.CanonicalHeaderKey(e.Key)], e.Value)

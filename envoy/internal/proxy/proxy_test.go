@@ -540,6 +540,58 @@ func TestEnvoyControlHeaders(t *testing.T) {
 	}
 }
 
+// TE is kept as "te: trailers" when it names trailers, and dropped
+// otherwise, as Envoy's connection manager sanitizes it; the other
+// hop-by-hop headers never reach the filters.
+func TestTEHeader(t *testing.T) {
+	up := newUpstream(t, nil)
+	var seen httpfilter.Headers
+	e := start(t, setup{upstreams: map[string]string{"a": up.addr()}, filters: []func(*fakeFilter){
+		func(f *fakeFilter) {
+			f.decodeHeaders = func(f *fakeFilter, h *httpfilter.Headers, end bool) httpfilter.HeadersStatus {
+				seen = slices.Clone(*h)
+				return httpfilter.HeadersContinue
+			}
+		},
+	}})
+	for _, tc := range []struct {
+		lines string
+		want  []string
+	}{
+		{"TE: gzip, trailers\r\nTe: trailers\r\n", []string{"trailers"}},
+		{"TE: gzip\r\n", nil},
+		{"", nil},
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := "GET /x HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\n" + tc.lines + "X-After: 1\r\n\r\n"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := readResponse(t, c); code != 200 {
+			t.Fatalf("%q: status %d", tc.lines, code)
+		}
+		c.Close()
+		var te []string
+		for _, kv := range seen {
+			switch kv.Key {
+			case "te":
+				te = append(te, kv.Value)
+			case "connection", "keep-alive", "proxy-connection":
+				t.Errorf("%q: the filter saw %s", tc.lines, kv.Key)
+			}
+		}
+		if !slices.Equal(te, tc.want) {
+			t.Errorf("%q: the filter saw te %q, want %q", tc.lines, te, tc.want)
+		}
+		if got := up.last(t).header.Values("Te"); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: the upstream got te %q, want %q", tc.lines, got, tc.want)
+		}
+	}
+}
+
 // A per-try timeout a filter sets ends the request as Envoy's router does
 // when no retry is left.
 func TestPerTryTimeout(t *testing.T) {

@@ -264,6 +264,9 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 		s.bodyArrived = r.ContentLength > 0 && len(r.TransferEncoding) == 0 && r.ContentLength <= int64(after)
 	} else {
 		h = appendHeaderMap(h, r.Header)
+		if teTrailers(r.Header["Te"]) {
+			h = append(h, httpfilter.Header{Key: "te", Value: "trailers"})
+		}
 	}
 	h.Del("expect") // Envoy answers 100-continue itself
 	h.Del("host")

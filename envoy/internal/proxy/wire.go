@@ -131,8 +131,9 @@ func (c *wireConn) wireOrder(r *http.Request) (names []string, after int, ok boo
 // the wire order does not cover follows, sorted.
 func orderHeaders(h httpfilter.Headers, r *http.Request, names []string) httpfilter.Headers {
 	used := map[string]int{}
+	sawTE := false
 	for _, k := range names {
-		if hopByHop[k] {
+		if hopByHop[k] && k != "te" {
 			continue
 		}
 		vs := r.Header[http.CanonicalHeaderKey(k)]
@@ -141,7 +142,14 @@ func orderHeaders(h httpfilter.Headers, r *http.Request, names []string) httpfil
 			continue
 		}
 		used[k] = i + 1
-		h = append(h, httpfilter.Header{Key: k, Value: vs[i]})
+		v := vs[i]
+		if k == "te" {
+			if sawTE || !teTrailers([]string{v}) {
+				continue
+			}
+			sawTE, v = true, "trailers"
+		}
+		h = append(h, httpfilter.Header{Key: k, Value: v})
 	}
 	rest := http.Header{}
 	for k, vs := range r.Header {
@@ -150,6 +158,20 @@ func orderHeaders(h httpfilter.Headers, r *http.Request, names []string) httpfil
 		}
 	}
 	return appendHeaderMap(h, rest)
+}
+
+// teTrailers reports whether TE header values name "trailers": Envoy's
+// connection manager then keeps "te: trailers" and nothing else of it, and
+// drops the header otherwise (sanitizeTEHeader).
+func teTrailers(vs []string) bool {
+	for _, v := range vs {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(t) == "trailers" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lowerNext makes the next response header block written on the
