@@ -513,8 +513,9 @@ func TestEnvoyControlHeaders(t *testing.T) {
 		return up.last(t)
 	}
 
-	r := send("x-envoy-upstream-rq-timeout-ms", "50", "x-envoy-retry-on", "5xx", "x-envoy-internal", "true", "x-envoy-custom", "kept")
-	for _, k := range []string{"x-envoy-upstream-rq-timeout-ms", "x-envoy-retry-on", "x-envoy-internal"} {
+	r := send("x-envoy-upstream-rq-timeout-ms", "50", "x-envoy-retry-on", "5xx", "x-envoy-internal", "true", "x-envoy-custom", "kept",
+		"x-forwarded-client-cert", "By=spiffe://x")
+	for _, k := range []string{"x-envoy-upstream-rq-timeout-ms", "x-envoy-retry-on", "x-envoy-internal", "x-forwarded-client-cert"} {
 		if v, ok := seen.Get(k); ok {
 			t.Errorf("the filter saw the client's %s: %q", k, v)
 		}

@@ -270,6 +270,11 @@ func (s *stream) requestHeaders() (httpfilter.Headers, bool) {
 	}
 	h.Del("expect") // Envoy answers 100-continue itself
 	h.Del("host")
+	// forward_client_cert_details is SANITIZE by default (and not taken
+	// here): a client's x-forwarded-client-cert never passes.
+	if _, ok := h.Get("x-forwarded-client-cert"); ok {
+		h.Del("x-forwarded-client-cert")
+	}
 	cleanInternalHeaders(&h)
 	if r.ContentLength > 0 {
 		if _, ok := h.Get("content-length"); !ok {
