@@ -339,7 +339,7 @@ var proxyHandlers = map[string]handler{
 	"proxy_record_metric":                {raw: hostRecordMetric},
 	"proxy_get_metric":                   proxy(hostGetMetric),
 	"proxy_set_effective_context":        proxy(hostSetEffectiveContext),
-	"proxy_done":                         proxy(func(*vmInstance, context.Context, []uint32) abi.Status { return abi.StatusNotFound }),
+	"proxy_done":                         proxy(hostDone),
 	"proxy_call_foreign_function":        proxy(hostCallForeign),
 	"proxy_continue_stream":              proxy(hostContinueStream),
 	"proxy_close_stream":                 proxy(hostCloseStream),

@@ -260,5 +260,10 @@ func (vm *vmInstance) shutdownIfIdle() {
 	for _, f := range plugins {
 		vm.stopPlugin(f)
 	}
-	vm.close()
+	vm.mu.Lock()
+	pending := vm.pendingDone > 0
+	vm.mu.Unlock()
+	if !pending { // else the last proxy_done closes it (finishDone)
+		vm.close()
+	}
 }

@@ -175,3 +175,70 @@ func TestInterpretWhileCompilingClosedEarly(t *testing.T) {
 		t.Errorf("%d engines left open after Close", len(f.g.engines))
 	}
 }
+
+// A plugin whose proxy_on_done returns false keeps its retired VM until it
+// calls proxy_done: its http_call is still answered there, proxy_done is
+// NOT_FOUND before the plugin deferred and after it finished, and
+// proxy_on_delete and the VM's end follow it, as cpp-host's pending_done_
+// has them.
+func TestRetiredVMWaitsForProxyDone(t *testing.T) {
+	release := make(chan struct{})
+	tierUpHook = func() { <-release }
+	t.Cleanup(func() { tierUpHook = nil })
+	logs := &logSink{min: slog.LevelDebug}
+	cfg, env, _, _, clusters, _ := testConfig(t, "deferred", func(c *httpfilter.WasmConfig, e *httpfilter.Env) {
+		c.CodePath, c.VMID, c.PluginName, c.RootID = guests["vmshare"], "vm-"+t.Name(), "plugin-d", "root-d"
+		e.VMScope, e.Workers, e.CacheDir, e.InterpretWhileCompiling = &httpfilter.VMScope{}, 1, t.TempDir(), true
+	})
+	env.Logger = slog.New(sinkHandler{logs})
+	f, err := newFactory(cfg, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	old := slotVM(f)
+	if !old.eng.interpreted {
+		t.Fatal("the module did not start interpreted")
+	}
+	closed := func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return old.closed
+	}
+
+	close(release) // compiled: the interpreted VM retires
+	f.g.building.Wait()
+	logs.wait(t, "root 1 (deferred) done")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if calls := clusters.recorded(); len(calls) == 1 && calls[0].cluster == "gated" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deferred plugin's call never went out: %+v", clusters.recorded())
+		}
+		time.Sleep(time.Millisecond) // poll: the call goes out on its own goroutine
+	}
+	if closed() || logs.count("root 1 (deferred) deleted") != 0 {
+		t.Fatal("the retired VM ended before its plugin called proxy_done")
+	}
+	if logs.count("proxy_done before deferring: 1") != 1 { // NOT_FOUND
+		t.Error("proxy_done before the plugin deferred was not NOT_FOUND")
+	}
+
+	close(clusters.gate) // the host answers
+	logs.wait(t, "root 1 (deferred) deleted")
+	for deadline := time.Now().Add(5 * time.Second); !closed(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the retired VM stayed open after its last plugin called proxy_done")
+		}
+		time.Sleep(time.Millisecond) // poll: the VM closes on its own goroutine
+	}
+	for _, want := range []string{"root 1 answered", "root 1 proxy_done: 0", "root 1 proxy_done again: 1"} {
+		if logs.count(want) != 1 {
+			t.Errorf("log %q: %d times, want once", want, logs.count(want))
+		}
+	}
+	if r := report(t, f); r["vm"] != "2" || r["plugin"] != "deferred" {
+		t.Errorf("the compiled VM: %v", r)
+	}
+}

@@ -36,6 +36,10 @@ type rootContext struct {
 	refs     int
 	created  bool // proxy_on_context_create was called
 	tickStop chan struct{}
+	// pendingDone: proxy_on_done returned false, and the root context
+	// lives on (its http_call answers still arrive) until it calls
+	// proxy_done (cpp-host's pending_done_).
+	pendingDone bool
 }
 
 // vmInstance is one instantiated module with its own runtime. Every call
@@ -84,6 +88,7 @@ type vmInstance struct {
 	mallocStack         [1]uint64
 	after               []func()
 	restricted          bool // during _initialize/_start, as Envoy's restricted callbacks
+	pendingDone         int  // root contexts waiting for their proxy_done
 
 	pendingCalls map[uint32]context.CancelFunc
 	nextCallID   uint32
@@ -283,7 +288,14 @@ func (vm *vmInstance) stopPlugin(f *Factory) {
 	if !vm.failed.Load() && !vm.closed && r.created {
 		ctx := context.Background()
 		if vm.fnDone != nil {
-			vm.call(ctx, r.id, vm.fnDone, uint64(r.id))
+			if res, ok := vm.call(ctx, r.id, vm.fnDone, uint64(r.id)); ok && res == 0 {
+				// The plugin finishes first and calls proxy_done.
+				r.pendingDone = true
+				vm.pendingDone++
+				vm.after = nil
+				vm.mu.Unlock()
+				return
+			}
 		}
 		if vm.fnDelete != nil {
 			vm.call(ctx, r.id, vm.fnDelete, uint64(r.id))
@@ -292,6 +304,36 @@ func (vm *vmInstance) stopPlugin(f *Factory) {
 	}
 	delete(vm.roots, r.id)
 	vm.mu.Unlock()
+}
+
+// hostDone is proxy_done (cpp-host WasmBase::done): the calling plugin's
+// root context, whose proxy_on_done returned false, is finished; it gets
+// proxy_on_delete once this call returns, and a retired VM with no other
+// plugin pending closes then. NOT_FOUND when nothing is pending.
+func hostDone(vm *vmInstance, _ context.Context, _ []uint32) abi.Status {
+	r := vm.curRoot()
+	if r == nil || !r.pendingDone {
+		return abi.StatusNotFound
+	}
+	r.pendingDone = false
+	vm.pendingDone--
+	vm.after = append(vm.after, func() { vm.finishDone(r) })
+	return abi.StatusOK
+}
+
+// finishDone deletes a root context whose plugin called proxy_done.
+func (vm *vmInstance) finishDone(r *rootContext) {
+	vm.mu.Lock()
+	if !vm.failed.Load() && !vm.closed && vm.fnDelete != nil {
+		vm.call(context.Background(), r.id, vm.fnDelete, uint64(r.id))
+		vm.after = nil
+	}
+	delete(vm.roots, r.id)
+	last := vm.retired && vm.pendingDone == 0 && len(vm.rootOf) == 0 && vm.bound.Load() == 0
+	vm.mu.Unlock()
+	if last {
+		vm.close()
+	}
 }
 
 // samePluginKey is cpp-host's plugin key comparison within one VM (whose
@@ -428,6 +470,11 @@ func (vm *vmInstance) fail(where string, err error) {
 	for id, cancel := range vm.pendingCalls {
 		cancel()
 		delete(vm.pendingCalls, id)
+	}
+	if vm.retired && vm.pendingDone > 0 {
+		// Out of its slot, so nothing replaces it, and no proxy_done can
+		// come any more: it ends here (close takes the lock held now).
+		go vm.close()
 	}
 }
 

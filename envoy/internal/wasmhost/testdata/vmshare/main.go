@@ -9,6 +9,9 @@
 // with its plugin, how many times proxy_on_vm_start and proxy_on_configure
 // ran in this VM, and what the shared data key of each plugin holds. A
 // request with x-trap traps the VM; a root context logs its proxy_on_done.
+// A plugin configured "deferred" defers its proxy_on_done: it calls the
+// "gated" cluster and calls proxy_done when that answers; every root
+// context logs its proxy_on_delete.
 // A plugin configured "service <vm_id> [tag]" (a WasmService) enqueues three
 // ticks into the "feed" queue of that vm_id, which every other plugin
 // registers and drains, logging what it got.
@@ -208,15 +211,42 @@ func onQueueReady(root, tok uint32) {
 //go:wasmexport proxy_on_done
 func onDone(id uint32) uint32 {
 	g.Reset()
-	if p, ok := rootPlugin[id]; ok {
-		g.Log(fmt.Sprintf("root %d (%s) done", id, p))
+	p, ok := rootPlugin[id]
+	if !ok {
+		return 1
 	}
-	return 1
+	g.Log(fmt.Sprintf("root %d (%s) done", id, p))
+	if p != "deferred" {
+		return 1
+	}
+	g.Log(fmt.Sprintf("proxy_done before deferring: %d", g.ProxyDone()))
+	up := g.S("gated")
+	h := abi.EncodePairs([][2]string{{":method", "POST"}, {":path", "/bye"}, {":authority", "host"}})
+	var token uint32
+	st := g.ProxyHTTPCall(up.A(), up.N(), g.Addr(h), uint32(len(h)), 0, 0, 0, 0, 5000, g.Ptr(&token))
+	runtime.KeepAlive(up.B)
+	runtime.KeepAlive(h)
+	if st != 0 {
+		g.Log(fmt.Sprintf("http_call: %d", st))
+		return 1
+	}
+	return 0
+}
+
+//go:wasmexport proxy_on_http_call_response
+func onHTTPCallResponse(root, token, headers, body, trailers uint32) {
+	g.Reset()
+	g.Log(fmt.Sprintf("root %d answered", root))
+	g.Log(fmt.Sprintf("root %d proxy_done: %d", root, g.ProxyDone()))
+	g.Log(fmt.Sprintf("root %d proxy_done again: %d", root, g.ProxyDone()))
 }
 
 //go:wasmexport proxy_on_delete
 func onDelete(id uint32) {
 	g.Reset()
+	if p, ok := rootPlugin[id]; ok {
+		g.Log(fmt.Sprintf("root %d (%s) deleted", id, p))
+	}
 	delete(parentOf, id)
 	delete(rootPlugin, id)
 }
