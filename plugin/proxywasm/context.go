@@ -18,8 +18,8 @@ type PluginContext interface {
 	// (read it with GetPluginConfiguration). Returning false rejects it.
 	OnPluginStart(pluginConfigurationSize int) bool
 	// OnPluginDone is called when the host tears the plugin down. Return
-	// true: deferring completion (false) needs proxy_done, which this
-	// package does not export.
+	// true to finish now, or false to finish later (its http calls are
+	// still answered) with PluginDone.
 	OnPluginDone() bool
 	// OnTick is called every tick period (SetTickPeriodMilliSeconds).
 	OnTick()

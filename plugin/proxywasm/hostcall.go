@@ -133,6 +133,11 @@ func ResumeHttpRequest() error { return hostcall.ContinueStream(abi.StreamHttpRe
 // ResumeHttpResponse resumes a response paused by ActionPause.
 func ResumeHttpResponse() error { return hostcall.ContinueStream(abi.StreamHttpResponse) }
 
+// PluginDone finishes a teardown the plugin deferred by returning false
+// from OnPluginDone (proxy_done); the host then deletes the plugin
+// context. ErrNotFound when none is pending.
+func PluginDone() error { return hostcall.Done() }
+
 // SetTickPeriodMilliSeconds makes the host call OnTick every period; 0 stops it.
 func SetTickPeriodMilliSeconds(period uint32) error { return hostcall.SetTickPeriod(period) }
 

@@ -506,12 +506,14 @@ func (g *genState) dropTouches() {
 	g.listed = false
 }
 
-// flushTouches sends the sessions seen without a prepare (the tick).
-func (p *pluginContext) flushTouches() {
+// flushTouches sends the sessions seen without a prepare (the tick, and
+// the plugin's end). It reports whether a call went out; then, when the
+// call is answered (or fails), then runs if it is not nil.
+func (p *pluginContext) flushTouches(then func()) bool {
 	g := &p.gen
 	n := len(g.touched) + len(g.touches)
 	if n == 0 {
-		return
+		return false
 	}
 	req := hostapi.TouchRequest{Sessions: make([]hostapi.SessionTouch, 0, min(n, hostapi.MaxTouchSessions))}
 	sent := 0
@@ -542,10 +544,15 @@ func (p *pluginContext) flushTouches() {
 			p.hostFailures.inc()
 			proxywasm.LogDebugf("chime: touch failed: %s", failure)
 		}
+		if then != nil {
+			then()
+		}
 	}); err != nil {
 		p.hostFailures.inc()
 		proxywasm.LogDebugf("chime: cannot send touches: %v", err)
+		return false
 	}
+	return true
 }
 
 // encodeTouches is json.Marshal(req).

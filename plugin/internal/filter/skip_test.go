@@ -219,6 +219,54 @@ func TestTouchesFlushOnTick(t *testing.T) {
 	}
 }
 
+// A plugin that goes (its VM replaced, its configuration removed) sends
+// the touches no tick sent yet, and finishes with proxy_done once the host
+// answered; with none pending it finishes at once.
+func TestTouchesFlushWhenThePluginGoes(t *testing.T) {
+	for _, answer := range []string{"ok", "failed"} {
+		t.Run(answer, func(t *testing.T) {
+			resetMemos()
+			defer resetMemos()
+			e := newSkipEnv(t, `{}`)
+			quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
+			e.h.Tick()
+			e.answerPoll(7)
+			e.request("s-going", "hi", quiet)
+			e.request("s-going", "hi", quiet)
+			if e.h.StopPlugin() {
+				t.Fatal("the plugin finished at once with a touch unsent")
+			}
+			touches := e.calls(hostapi.PathTouch)
+			if len(touches) != 1 || !strings.Contains(string(touches[0].Body), `"s-going"`) {
+				t.Fatalf("touch calls %+v", touches)
+			}
+			if e.h.PluginDeleted() {
+				t.Fatal("deleted before the host answered")
+			}
+			if answer == "ok" {
+				e.h.CallOnHttpCallResponse(touches[0].ID, [][2]string{{":status", "200"}}, []byte(`{}`), nil)
+			} else {
+				e.h.CallOnHttpCallResponse(touches[0].ID, nil, nil, nil) // no answer
+			}
+			if !e.h.PluginDeleted() {
+				t.Fatal("the plugin did not call proxy_done once the touch was answered")
+			}
+			if touchedMemos != 0 {
+				t.Fatalf("touchedMemos %d after the plugin went", touchedMemos)
+			}
+		})
+	}
+	t.Run("nothing pending", func(t *testing.T) {
+		e := newSkipEnv(t, `{}`)
+		if !e.h.StopPlugin() || !e.h.PluginDeleted() {
+			t.Fatal("a plugin with no touch pending did not finish at once")
+		}
+		if n := len(e.calls(hostapi.PathTouch)); n != 0 {
+			t.Fatalf("%d touch calls with none pending", n)
+		}
+	})
+}
+
 func TestQuietEntryRoundTrip(t *testing.T) {
 	in := quietEntry{gen: 9, until: 100, created: 50, template: true, tools: []string{"clock", "timer"}, route: "a\nb"}
 	out, ok := decodeQuietEntry(in.encode())

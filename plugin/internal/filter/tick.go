@@ -13,14 +13,19 @@ import (
 // OnPluginDone lets go of the touches this root context has not sent:
 // the memos holding them serve the root contexts that stay.
 func (p *pluginContext) OnPluginDone() bool {
-	p.gen.dropTouches()
-	return true
+	// The sessions seen without a prepare since the last tick go to the
+	// host before the plugin does (a VM replaced at start or after a
+	// fault, a configuration removed), or the host would take them for
+	// idle since their previous touch. The plugin finishes once the host
+	// answered, whatever the answer.
+	defer p.gen.dropTouches() // what one call cannot carry
+	return !p.flushTouches(func() { _ = proxywasm.PluginDone() })
 }
 
 func (p *pluginContext) OnTick() {
 	now := p.now()
 	p.reportFailOpen(now)
-	p.flushTouches()
+	p.flushTouches(nil)
 	if p.cfg.SkipPrepare {
 		p.startPoll() // skip.go: it brings the NTP view too
 		return

@@ -100,11 +100,14 @@ type Host struct {
 	callBody     []byte
 
 	tickPeriod uint32
-	shared     map[string]sharedValue
-	queues     map[string]uint32
-	queueItems map[uint32][][]byte
-	metrics    []metric
-	foreign    []string // foreign function calls by name, in order
+	// pendingDone: StopPlugin's OnPluginDone returned false and the
+	// plugin has not called PluginDone yet.
+	pendingDone, stopped, deleteAfter bool
+	shared                            map[string]sharedValue
+	queues                            map[string]uint32
+	queueItems                        map[uint32][][]byte
+	metrics                           []metric
+	foreign                           []string // foreign function calls by name, in order
 }
 
 type sharedValue struct {
@@ -258,10 +261,30 @@ func (h *Host) CompleteHttpContext(id uint32) {
 	delete(h.streams, id)
 }
 
+// StopPlugin tears the plugin context down as Envoy does when its
+// configuration goes or its VM is replaced: proxy_on_done, then, unless
+// that returned false (the plugin calls PluginDone when it has finished),
+// proxy_on_delete. It reports whether the teardown finished at once.
+func (h *Host) StopPlugin() bool {
+	h.effective = h.rootID
+	h.stopped = true
+	if !h.guest().OnDone(h.rootID) {
+		h.pendingDone = true
+		return false
+	}
+	h.guest().OnDelete(h.rootID)
+	return true
+}
+
+// PluginDeleted reports whether a stopped plugin context was deleted: at
+// once, or when it called PluginDone.
+func (h *Host) PluginDeleted() bool { return h.stopped && !h.pendingDone && !h.deleteAfter }
+
 // Tick calls OnTick on the plugin context.
 func (h *Host) Tick() {
 	h.effective = h.rootID
 	h.guest().OnTick(h.rootID)
+	h.afterCall()
 }
 
 // SetLogLevel changes the level the host reports, as Envoy's admin
@@ -284,6 +307,16 @@ func (h *Host) CallOnHttpCallResponse(id uint32, headers [][2]string, body []byt
 	defer func() { h.callHeaders, h.callBody, h.callTrailers = nil, nil, nil }()
 	h.effective = h.rootID
 	h.guest().OnHttpCallResponse(h.rootID, id, uint32(len(headers)), uint32(len(body)), uint32(len(trailers)))
+	h.afterCall()
+}
+
+// afterCall runs what a host call deferred past the guest call it came
+// from: the plugin context's proxy_on_delete after PluginDone.
+func (h *Host) afterCall() {
+	if h.deleteAfter {
+		h.deleteAfter = false
+		h.guest().OnDelete(h.rootID)
+	}
 }
 
 // GetLogs returns the messages logged at level or above.
@@ -725,7 +758,15 @@ func (h *abiHost) SetEffectiveContext(id uint32) abi.Status {
 	return abi.StatusOK
 }
 
-func (h *abiHost) Done() abi.Status { return abi.StatusOK }
+// Done is proxy_done: NotFound unless the plugin deferred its teardown.
+func (h *abiHost) Done() abi.Status {
+	if !h.pendingDone {
+		return abi.StatusNotFound
+	}
+	h.pendingDone = false
+	h.deleteAfter = true // as cpp-host, once the guest call returns
+	return abi.StatusOK
+}
 
 // CallForeignFunction records the call; clear_route_cache answers Ok, as
 // Envoy's does, any other name NotFound.
