@@ -30,10 +30,13 @@ import (
 // this build's, so both columns come from one run on the same machine
 // load, and the ratio is printed.
 func BenchmarkUpReady(b *testing.B) {
-	type build struct{ name, path, wasm string }
-	bins := []build{{"this build", chimeBin(b), ""}}
+	type build struct {
+		name, path, wasm string
+		tiered           bool // interprets while compiling, and marks the compiled module
+	}
+	bins := []build{{"this build", chimeBin(b), "", true}}
 	if base := os.Getenv("CHIME_UP_BASELINE"); base != "" {
-		bins = append(bins, build{"baseline", base, os.Getenv("CHIME_UP_BASELINE_WASM")})
+		bins = append(bins, build{"baseline", base, os.Getenv("CHIME_UP_BASELINE_WASM"), tiers(b, base)})
 	}
 	const rounds = 3
 	// Wall time to the first 200, and the CPU time chime spent until then
@@ -44,13 +47,9 @@ func BenchmarkUpReady(b *testing.B) {
 		for r := 0; r < rounds; r++ {
 			for _, bin := range bins {
 				cache := b.TempDir()
-				// Only this build interprets while compiling and leaves the
-				// marker of a finished compilation (an older one compiled
-				// before its first answer).
-				tiered := bin.name == "this build"
-				wall, cpu := upFirstAnswer(b, bin.path, bin.wasm, cache, tiered)
+				wall, cpu := upFirstAnswer(b, bin.path, bin.wasm, cache, bin.tiered)
 				cold[bin.name], coldCPU[bin.name] = append(cold[bin.name], wall), append(coldCPU[bin.name], cpu)
-				wall, cpu = upFirstAnswer(b, bin.path, bin.wasm, cache, tiered)
+				wall, cpu = upFirstAnswer(b, bin.path, bin.wasm, cache, bin.tiered)
 				warm[bin.name], warmCPU[bin.name] = append(warm[bin.name], wall), append(warmCPU[bin.name], cpu)
 			}
 		}
@@ -196,4 +195,16 @@ func median(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
+}
+
+// tiers reports whether the chime binary at bin serves from the
+// interpreter while it compiles, leaving a marker once compiled (older
+// builds compiled before their first answer): a warm start must wait for
+// that marker, or it measures a second cold one.
+func tiers(tb testing.TB, bin string) bool {
+	out, err := exec.Command(bin, "proxy", "--help").CombinedOutput()
+	if err != nil {
+		tb.Fatalf("%s proxy --help: %v\n%s", bin, err, out)
+	}
+	return strings.Contains(string(out), "--interpret-while-compiling")
 }
