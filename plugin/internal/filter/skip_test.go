@@ -190,13 +190,21 @@ func TestResolveRaisesTheFloor(t *testing.T) {
 	}
 }
 
-func TestTouchesFlushOnTick(t *testing.T) {
+// touchedEnv is a skip env whose session sid was prepared once and then
+// skipped its prepare: one touch waits for the tick.
+func touchedEnv(t *testing.T, sid string) *skipEnv {
+	t.Helper()
 	e := newSkipEnv(t, `{}`)
 	quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
 	e.h.Tick()
 	e.answerPoll(7)
-	e.request("s-touch", "hi", quiet)
-	e.request("s-touch", "hi", quiet)
+	e.request(sid, "hi", quiet)
+	e.request(sid, "hi", quiet)
+	return e
+}
+
+func TestTouchesFlushOnTick(t *testing.T) {
+	e := touchedEnv(t, "s-touch")
 	pending := touchedMemos
 	e.h.Tick()
 	if touchedMemos != pending-1 {
@@ -227,12 +235,7 @@ func TestTouchesFlushWhenThePluginGoes(t *testing.T) {
 		t.Run(answer, func(t *testing.T) {
 			resetMemos()
 			defer resetMemos()
-			e := newSkipEnv(t, `{}`)
-			quiet := hostapi.PrepareResponse{Generation: 7, QuietMs: 60_000}
-			e.h.Tick()
-			e.answerPoll(7)
-			e.request("s-going", "hi", quiet)
-			e.request("s-going", "hi", quiet)
+			e := touchedEnv(t, "s-going")
 			if e.h.StopPlugin() {
 				t.Fatal("the plugin finished at once with a touch unsent")
 			}
