@@ -10,15 +10,14 @@ import (
 // OnTick refreshes the NTP offset from the host (docs/time.md#ntp), so a request
 // that fails open still gets a corrected time tag. A host that is down is
 // counted, logged at debug, and asked again next tick.
-// OnPluginDone lets go of the touches this root context has not sent:
-// the memos holding them serve the root contexts that stay.
+// OnPluginDone sends the touches this root context has not sent (its VM
+// replaced at start or after a fault, its configuration removed: else the
+// host takes those sessions for idle since their previous touch) and
+// finishes once the host answered, whatever the answer. It lets go of
+// what one call cannot carry: the memos holding them serve the root
+// contexts that stay.
 func (p *pluginContext) OnPluginDone() bool {
-	// The sessions seen without a prepare since the last tick go to the
-	// host before the plugin does (a VM replaced at start or after a
-	// fault, a configuration removed), or the host would take them for
-	// idle since their previous touch. The plugin finishes once the host
-	// answered, whatever the answer.
-	defer p.gen.dropTouches() // what one call cannot carry
+	defer p.gen.dropTouches()
 	return !p.flushTouches(func() { _ = proxywasm.PluginDone() })
 }
 

@@ -100,8 +100,9 @@ type Host struct {
 	callBody     []byte
 
 	tickPeriod uint32
-	// pendingDone: StopPlugin's OnPluginDone returned false and the
-	// plugin has not called PluginDone yet.
+	// stopped: StopPlugin ran; pendingDone: its OnPluginDone returned
+	// false and PluginDone has not come yet; deleteAfter: PluginDone came
+	// and proxy_on_delete follows the guest call it came from.
 	pendingDone, stopped, deleteAfter bool
 	shared                            map[string]sharedValue
 	queues                            map[string]uint32
