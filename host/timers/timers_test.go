@@ -3,8 +3,11 @@ package timers
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime/pprof"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,4 +327,79 @@ func timersGoroutines() int {
 		}
 	}
 	return n
+}
+
+// Timers due in the same pass are fired together, so that their
+// write-through commits share disk syncs instead of queueing behind one
+// each (BenchmarkTimers10k): every firing here waits in Fired until all
+// of them are in, which one-after-another firing never reaches.
+func TestDueTimersFireTogether(t *testing.T) {
+	const n = 4
+	var in atomic.Int32
+	all := make(chan struct{})
+	var alone atomic.Bool
+	f := newFixture(t, func(c *Config) {
+		c.Fired = func(time.Duration) {
+			if in.Add(1) == n {
+				close(all)
+			}
+			select {
+			case <-all:
+			case <-time.After(5 * time.Second): // a failure guard, not a measurement
+				alone.Store(true)
+			}
+		}
+	})
+	for i := range n {
+		if _, err := f.m.Create(fmt.Sprintf("s%d", i), "build", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mono.Advance(10 * time.Second)
+	f.tick()
+	if alone.Load() {
+		t.Fatalf("the %d due timers were fired one at a time", n)
+	}
+	if live := f.m.Live(); live != 0 {
+		t.Fatalf("%d timers still live after the pass", live)
+	}
+	for i := range n {
+		views, err := f.m.List(fmt.Sprintf("s%d", i))
+		if err != nil || len(views) != 1 || views[0].Status != Completed {
+			t.Fatalf("session s%d: %+v, %v", i, views, err)
+		}
+	}
+}
+
+// A session's timers due in the same pass still fire in the order they
+// fell due, so their notices queue in that order.
+func TestOneSessionsDueTimersFireInOrder(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var want []string
+	for i := range 5 {
+		for _, s := range []string{"s1", fmt.Sprintf("other%d", i)} {
+			rec, err := f.m.Create(s, "step", time.Duration(10+i)*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := f.call(t, ctx, s, cancelTool, idReason(rec.TimerID, "")); !r.OK || r.Status != Background {
+				t.Fatalf("cancel: %+v", r)
+			}
+			if s == "s1" {
+				want = append(want, rec.TimerID)
+			}
+		}
+	}
+	f.mono.Advance(15 * time.Second)
+	f.tick()
+	var got []string
+	for range 10 {
+		if n := recv(t, f.notices); n.SessionID == "s1" {
+			got = append(got, n.TimerID)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("s1's notices in order %v, want %v", got, want)
+	}
 }
